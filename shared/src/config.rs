@@ -1,0 +1,416 @@
+//! Every environment variable the functions read, parsed once into one typed [`Config`].
+//!
+//! A function reads its configuration at start and refuses to run with a bad one: the error names
+//! the variable and what is expected, and never echoes a secret's value.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Built-in `APP_SECRET` of local mode. Anything encrypted with it is readable by anyone with this
+/// source, which is why production refuses to start without a real secret.
+const LOCAL_APP_SECRET: &str = "k2b-local-development-secret-never-use-in-production";
+/// The database the local runner uses when `DATABASE_URL` is not set.
+pub const LOCAL_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/k2b_local";
+/// Shortest `APP_SECRET` accepted outside local mode: 32 characters of entropy for the settings key.
+pub const MIN_APP_SECRET_CHARS: usize = 32;
+/// The application id the identity services require (`APP_ID`): this bundle is Cloud Core.
+pub const CORE_APP_ID: &str = "core";
+
+/// Where the process runs. Local mode fills in safe development defaults and relaxes cookie
+/// `Secure` flags; production insists on every secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Local,
+    Production,
+}
+
+impl Mode {
+    pub fn is_local(self) -> bool {
+        self == Mode::Local
+    }
+}
+
+/// Log output: JSON lines for Lambda and CloudWatch, human-readable text locally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+/// A value that must never reach a log or an error message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The secret itself, for the one place that needs it (a key derivation, a connection).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([REDACTED])")
+    }
+}
+
+/// Connection pool settings, sized for Lambda: one execution environment serves one request at a
+/// time, so a handful of connections is plenty and many environments must not exhaust Postgres.
+#[derive(Debug, Clone)]
+pub struct DbSettings {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// The whole configuration of a function or of the local runner.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `K2B_ENV`: `local` or `production`.
+    pub mode: Mode,
+    /// `DATABASE_URL`: the Postgres connection string (a secret: it may hold a password).
+    pub database_url: Secret,
+    /// `APP_SECRET`: encrypts `settings.entries` values.
+    pub app_secret: Secret,
+    /// `APP_ID`: must be `core` for the identity services.
+    pub app_id: String,
+    /// `APP_URL`: fallback for the `app.url` setting while the database has none.
+    pub app_url: Option<String>,
+    /// `K2B_DB_MAX_CONNECTIONS`, `K2B_DB_ACQUIRE_TIMEOUT_MS`, `K2B_DB_IDLE_TIMEOUT_MS`.
+    pub db: DbSettings,
+    /// `K2B_LOG_FORMAT`: `json` or `pretty`.
+    pub log_format: LogFormat,
+    /// `K2B_SETTINGS_CACHE_MS`: how long a setting read is reused in this process.
+    pub settings_cache: Duration,
+    /// Names of the variables that took a local-mode default, for the start-up notice.
+    pub local_defaults: Vec<&'static str>,
+}
+
+/// A configuration problem, named by its variable. Displays as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable} {expected}")]
+pub struct ConfigError {
+    pub variable: &'static str,
+    pub expected: String,
+}
+
+impl ConfigError {
+    pub fn new(variable: &'static str, expected: impl Into<String>) -> Self {
+        ConfigError {
+            variable,
+            expected: expected.into(),
+        }
+    }
+}
+
+/// Every variable [`Config`] reads, with its meaning; the README's configuration table follows it.
+pub const VARIABLES: &[(&str, &str)] = &[
+    ("K2B_ENV", "`local` or `production`"),
+    ("DATABASE_URL", "Postgres connection string"),
+    (
+        "APP_SECRET",
+        "encrypts stored settings; at least 32 characters",
+    ),
+    ("APP_ID", "must be `core`"),
+    ("APP_URL", "fallback for the `app.url` setting"),
+    (
+        "K2B_DB_MAX_CONNECTIONS",
+        "pool size per execution environment",
+    ),
+    ("K2B_DB_ACQUIRE_TIMEOUT_MS", "wait for a pooled connection"),
+    ("K2B_DB_IDLE_TIMEOUT_MS", "close idle connections after"),
+    ("K2B_LOG_FORMAT", "`json` or `pretty`"),
+    (
+        "K2B_SETTINGS_CACHE_MS",
+        "in-process settings cache lifetime",
+    ),
+];
+
+impl Config {
+    /// Reads the process environment. `default_mode` applies when `K2B_ENV` is unset: Lambda
+    /// functions pass [`Mode::Production`], the local runner [`Mode::Local`].
+    pub fn from_env(default_mode: Mode) -> Result<Config, ConfigError> {
+        Config::from_lookup(default_mode, |name| std::env::var(name).ok())
+    }
+
+    /// Parses a configuration from any variable source (tests pass a map).
+    pub fn from_lookup(
+        default_mode: Mode,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let mut local_defaults = Vec::new();
+
+        let mode = match get("K2B_ENV").map(|v| v.to_ascii_lowercase()).as_deref() {
+            None => default_mode,
+            Some("local") | Some("development") => Mode::Local,
+            Some("production") => Mode::Production,
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "K2B_ENV",
+                    "must be `local` or `production`",
+                ));
+            }
+        };
+
+        let database_url = match get("DATABASE_URL") {
+            Some(url) => {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(ConfigError::new(
+                        "DATABASE_URL",
+                        "must be a postgres:// or postgresql:// connection URL",
+                    ));
+                }
+                url
+            }
+            None if mode.is_local() => {
+                local_defaults.push("DATABASE_URL");
+                LOCAL_DATABASE_URL.to_string()
+            }
+            None => {
+                return Err(ConfigError::new(
+                    "DATABASE_URL",
+                    "is required outside local mode (a postgres:// connection URL)",
+                ));
+            }
+        };
+
+        // The secret is not trimmed: surrounding spaces would be part of the key material.
+        let app_secret = match lookup("APP_SECRET").filter(|v| !v.is_empty()) {
+            Some(secret) => {
+                let chars = secret.chars().count();
+                if !mode.is_local() && chars < MIN_APP_SECRET_CHARS {
+                    return Err(ConfigError::new(
+                        "APP_SECRET",
+                        format!(
+                            "must be at least {MIN_APP_SECRET_CHARS} characters outside local mode (it has {chars})"
+                        ),
+                    ));
+                }
+                secret
+            }
+            None if mode.is_local() => {
+                local_defaults.push("APP_SECRET");
+                LOCAL_APP_SECRET.to_string()
+            }
+            None => {
+                return Err(ConfigError::new(
+                    "APP_SECRET",
+                    format!(
+                        "is required outside local mode (at least {MIN_APP_SECRET_CHARS} characters)"
+                    ),
+                ));
+            }
+        };
+
+        let app_id = get("APP_ID").unwrap_or_else(|| CORE_APP_ID.to_string());
+        if app_id != CORE_APP_ID {
+            return Err(ConfigError::new(
+                "APP_ID",
+                format!("must be `{CORE_APP_ID}`: these functions are the Cloud Core application"),
+            ));
+        }
+
+        let app_url = get("APP_URL");
+        if let Some(url) = &app_url
+            && crate::http::origin::canonical_origin(url).is_none()
+        {
+            return Err(ConfigError::new(
+                "APP_URL",
+                "must be an http(s) URL or a host name, such as https://cloud.example.org",
+            ));
+        }
+
+        let max_connections = parse_number(
+            &get,
+            "K2B_DB_MAX_CONNECTIONS",
+            1,
+            100,
+            if mode.is_local() { 10 } else { 2 },
+        )?;
+        let acquire_timeout_ms =
+            parse_number(&get, "K2B_DB_ACQUIRE_TIMEOUT_MS", 100, 60_000, 3_000)?;
+        let idle_timeout_ms =
+            parse_number(&get, "K2B_DB_IDLE_TIMEOUT_MS", 1_000, 3_600_000, 60_000)?;
+
+        let log_format = match get("K2B_LOG_FORMAT")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None if mode.is_local() => LogFormat::Pretty,
+            None => LogFormat::Json,
+            Some("json") => LogFormat::Json,
+            Some("pretty") | Some("text") => LogFormat::Pretty,
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "K2B_LOG_FORMAT",
+                    "must be `json` or `pretty`",
+                ));
+            }
+        };
+
+        let settings_cache_ms = parse_number(&get, "K2B_SETTINGS_CACHE_MS", 0, 300_000, 5_000)?;
+
+        Ok(Config {
+            mode,
+            database_url: Secret::new(database_url),
+            app_secret: Secret::new(app_secret),
+            app_id,
+            app_url,
+            db: DbSettings {
+                max_connections: max_connections as u32,
+                acquire_timeout: Duration::from_millis(acquire_timeout_ms),
+                idle_timeout: Duration::from_millis(idle_timeout_ms),
+            },
+            log_format,
+            settings_cache: Duration::from_millis(settings_cache_ms),
+            local_defaults,
+        })
+    }
+
+    /// A one-line notice for the start-up log when local defaults are in use, else `None`.
+    pub fn local_mode_notice(&self) -> Option<String> {
+        if !self.mode.is_local() {
+            return None;
+        }
+        if self.local_defaults.is_empty() {
+            return Some("local mode: relaxed cookie security; not for production".to_string());
+        }
+        Some(format!(
+            "local mode: built-in development defaults for {}; not for production",
+            self.local_defaults.join(", ")
+        ))
+    }
+
+    /// The same configuration pointing at another database (tests, the local runner's admin URL).
+    pub fn with_database_url(&self, url: impl Into<String>) -> Config {
+        Config {
+            database_url: Secret::new(url),
+            ..self.clone()
+        }
+    }
+}
+
+fn parse_number(
+    get: &impl Fn(&str) -> Option<String>,
+    variable: &'static str,
+    min: u64,
+    max: u64,
+    default: u64,
+) -> Result<u64, ConfigError> {
+    match get(variable) {
+        None => Ok(default),
+        Some(raw) => match raw.parse::<u64>() {
+            Ok(value) if (min..=max).contains(&value) => Ok(value),
+            _ => Err(ConfigError::new(
+                variable,
+                format!("must be a whole number from {min} to {max}"),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(mode: Mode, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(mode, |k| map.get(k).cloned())
+    }
+
+    const GOOD_SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn local_mode_fills_in_defaults_and_says_so() {
+        let config = parse(Mode::Local, &[]).expect("local defaults");
+        assert_eq!(config.mode, Mode::Local);
+        assert_eq!(config.database_url.expose(), LOCAL_DATABASE_URL);
+        assert_eq!(config.app_secret.expose(), LOCAL_APP_SECRET);
+        assert_eq!(config.log_format, LogFormat::Pretty);
+        let notice = config.local_mode_notice().expect("a notice");
+        assert!(notice.contains("APP_SECRET") && notice.contains("DATABASE_URL"));
+    }
+
+    #[test]
+    fn production_requires_database_url_and_secret() {
+        let err = parse(Mode::Production, &[("APP_SECRET", GOOD_SECRET)]).expect_err("must fail");
+        assert_eq!(err.variable, "DATABASE_URL");
+        let err =
+            parse(Mode::Production, &[("DATABASE_URL", "postgres://db/x")]).expect_err("must fail");
+        assert_eq!(err.variable, "APP_SECRET");
+    }
+
+    #[test]
+    fn short_secret_is_refused_outside_local_mode_with_one_line_naming_it() {
+        let err = parse(
+            Mode::Local,
+            &[
+                ("K2B_ENV", "production"),
+                ("DATABASE_URL", "postgres://db/x"),
+                ("APP_SECRET", "short"),
+            ],
+        )
+        .expect_err("must fail");
+        let line = err.to_string();
+        assert!(line.starts_with("APP_SECRET must be at least 32 characters"));
+        assert!(!line.contains('\n'));
+        assert!(
+            !line.contains("short"),
+            "the secret's value is never echoed"
+        );
+        // The same secret is accepted locally.
+        assert!(parse(Mode::Local, &[("APP_SECRET", "short")]).is_ok());
+    }
+
+    #[test]
+    fn production_with_everything_set_parses() {
+        let config = parse(
+            Mode::Production,
+            &[
+                ("DATABASE_URL", "postgresql://u:p@db:5432/cloud"),
+                ("APP_SECRET", GOOD_SECRET),
+                ("APP_URL", "https://cloud.example.org"),
+                ("K2B_DB_MAX_CONNECTIONS", "3"),
+            ],
+        )
+        .expect("valid");
+        assert_eq!(config.mode, Mode::Production);
+        assert_eq!(config.db.max_connections, 3);
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert!(config.local_mode_notice().is_none());
+        assert!(
+            !format!("{config:?}").contains("u:p@"),
+            "Debug hides the URL"
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_their_variable() {
+        for (name, value) in [
+            ("K2B_ENV", "staging"),
+            ("DATABASE_URL", "mysql://db"),
+            ("APP_ID", "mail"),
+            ("APP_URL", "ftp://x"),
+            ("K2B_DB_MAX_CONNECTIONS", "0"),
+            ("K2B_DB_MAX_CONNECTIONS", "many"),
+            ("K2B_DB_ACQUIRE_TIMEOUT_MS", "5"),
+            ("K2B_LOG_FORMAT", "xml"),
+            ("K2B_SETTINGS_CACHE_MS", "-1"),
+        ] {
+            let err = parse(Mode::Local, &[(name, value)]).expect_err("must fail");
+            assert_eq!(err.variable, name, "{name}={value}");
+        }
+    }
+}

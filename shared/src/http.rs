@@ -1,0 +1,11 @@
+//! HTTP building blocks shared by every function's router.
+
+pub mod body;
+pub mod cookies;
+pub mod error;
+pub mod etag;
+pub mod headers;
+pub mod locale;
+pub mod origin;
+
+pub use error::ApiError;

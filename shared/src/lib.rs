@@ -1,0 +1,63 @@
+//! `k2b-core`: everything two or more K2B Cloud functions share.
+//!
+//! A function reads its [`config::Config`], builds a [`Core`] (pool, settings), and hands its
+//! router or event handler to the Lambda runtime; the local runner builds the same `Core` and
+//! mounts every function on one port.
+
+pub mod audit;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod registry;
+pub mod settings;
+pub mod telemetry;
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::db::DbError;
+use crate::settings::Settings;
+
+/// The shared state of one execution environment, cheap to clone into every handler.
+#[derive(Clone)]
+pub struct Core(Arc<CoreInner>);
+
+pub struct CoreInner {
+    pub config: Config,
+    pub pool: PgPool,
+    pub settings: Settings,
+}
+
+impl Core {
+    /// Builds the state without touching the network: the pool connects on first use.
+    pub fn new(config: Config) -> Result<Core, DbError> {
+        let pool = db::lazy_pool(&config)?;
+        Ok(Core::with_pool(config, pool))
+    }
+
+    /// Builds the state around an existing pool (tests, the local runner).
+    pub fn with_pool(config: Config, pool: PgPool) -> Core {
+        let settings = Settings::new(
+            pool.clone(),
+            config.app_secret.expose(),
+            config.settings_cache,
+            config.app_url.clone(),
+        );
+        Core(Arc::new(CoreInner {
+            config,
+            pool,
+            settings,
+        }))
+    }
+}
+
+impl Deref for Core {
+    type Target = CoreInner;
+    fn deref(&self) -> &CoreInner {
+        &self.0
+    }
+}
