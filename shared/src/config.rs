@@ -289,6 +289,18 @@ impl Config {
         ))
     }
 
+    /// Reads the environment like [`Config::from_env`]; on a bad configuration prints one line
+    /// naming the variable to standard error and exits with status 2. For `main` functions.
+    pub fn from_env_or_exit(default_mode: Mode) -> Config {
+        match Config::from_env(default_mode) {
+            Ok(config) => config,
+            Err(error) => {
+                eprintln!("configuration error: {error}");
+                std::process::exit(2);
+            }
+        }
+    }
+
     /// The same configuration pointing at another database (tests, the local runner's admin URL).
     pub fn with_database_url(&self, url: impl Into<String>) -> Config {
         Config {

@@ -4,9 +4,14 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
+/// Without `RUST_LOG`: our own information, and only warnings from libraries (Postgres notices
+/// such as "relation already exists, skipping" are not news).
+const DEFAULT_FILTER: &str = "info,sqlx=warn";
+
 /// Installs the global subscriber once; later calls do nothing.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);

@@ -1,1 +1,168 @@
+//! The harness of the workspace-level tests: a fresh database per test (re-exported from the core
+//! crate) and helpers that run the `k2b-local` binary as a black box.
 
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use k2b_core::db::testing::{TEST_APP_SECRET, TestDb};
+
+/// Variables the parent's environment must not leak into a runner under test.
+const SCRUBBED: &[&str] = &[
+    "K2B_ENV",
+    "APP_URL",
+    "APP_SECRET",
+    "DATABASE_URL",
+    "RUST_LOG",
+    "K2B_LOG_FORMAT",
+];
+
+/// The `k2b-local` binary next to this test binary, built on first use if missing.
+pub fn local_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    // target/<profile>/deps/<test binary> → target/<profile>/k2b-local
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()))
+        .to_path_buf();
+    let binary = profile_dir.join("k2b-local");
+    if !binary.exists() {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--workspace", "--bins"])
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build: {e}"));
+        assert!(status.success(), "cargo build --workspace --bins failed");
+    }
+    binary
+}
+
+fn command(env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(local_binary());
+    for name in SCRUBBED {
+        command.env_remove(name);
+    }
+    command.env("K2B_LOG_FORMAT", "json");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command
+}
+
+/// Runs `k2b-local <args>` to completion, feeding `stdin` if given.
+pub fn run_local(env: &[(&str, &str)], args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = command(env)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn k2b-local: {e}"));
+    if let (Some(mut pipe), Some(input)) = (child.stdin.take(), stdin) {
+        pipe.write_all(input.as_bytes())
+            .unwrap_or_else(|e| panic!("write stdin: {e}"));
+    }
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait for k2b-local: {e}"))
+}
+
+/// A running `k2b-local serve` on a free port.
+pub struct LocalRunner {
+    pub base_url: String,
+    child: Child,
+    output: Arc<Mutex<String>>,
+}
+
+impl LocalRunner {
+    /// Starts the server and waits until it listens (at most 60 s).
+    pub fn start(env: &[(&str, &str)]) -> LocalRunner {
+        let mut child = command(env)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn k2b-local serve: {e}"));
+        let output = Arc::new(Mutex::new(String::new()));
+        let (address_tx, address_rx) = std::sync::mpsc::channel::<String>();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            if let Some(stdout) = stdout {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if let Some(url) = line.strip_prefix("k2b-local listening on ") {
+                        address_tx.send(url.trim().to_string()).ok();
+                    }
+                    if let Ok(mut text) = sink.lock() {
+                        text.push_str(&line);
+                        text.push('\n');
+                    }
+                }
+            }
+        });
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            if let Some(stderr) = stderr {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Ok(mut text) = sink.lock() {
+                        text.push_str(&line);
+                        text.push('\n');
+                    }
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(url) = address_rx.recv_timeout(Duration::from_millis(100)) {
+                return LocalRunner {
+                    base_url: url,
+                    child,
+                    output,
+                };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "k2b-local exited with {status} before listening:\n{}",
+                    output.lock().map(|o| o.clone()).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "k2b-local did not start within 60 s"
+            );
+        }
+    }
+
+    /// Everything the server printed so far (stdout and stderr).
+    pub fn output(&self) -> String {
+        self.output.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// Stops the server with SIGTERM (graceful shutdown) and returns its output.
+    pub fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().ok();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child.kill().ok();
+        self.child.wait().ok();
+        std::thread::sleep(Duration::from_millis(50));
+        self.output()
+    }
+}
+
+impl Drop for LocalRunner {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}

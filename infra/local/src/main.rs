@@ -1,1 +1,126 @@
-fn main() {}
+//! `k2b-local`: the whole system on one port, and the admin commands that make it easy to use.
+
+mod admin;
+mod demo;
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use k2b_core::config::{Config, Mode};
+
+#[derive(Parser)]
+#[command(
+    name = "k2b-local",
+    version,
+    about = "Run K2B Cloud locally and administer it"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve every function on one port (the default command).
+    Serve {
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:3000")]
+        listen: SocketAddr,
+    },
+    /// Apply pending migrations and exit.
+    Migrate,
+    /// Manage accounts.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Read and write installation settings.
+    Setting {
+        #[command(subcommand)]
+        command: SettingCommand,
+    },
+    /// Manage the app registry.
+    App {
+        #[command(subcommand)]
+        command: AppCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create an account and print its id.
+    Create {
+        uid: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        mail: Option<String>,
+        /// A local administrator.
+        #[arg(long)]
+        admin: bool,
+        /// A guest rather than a full user.
+        #[arg(long)]
+        guest: bool,
+        /// A FreeIPA account rather than a local one.
+        #[arg(long)]
+        ipa: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SettingCommand {
+    /// Store a value; `-` reads it from standard input (for values such as a logo data URI).
+    Set { key: String, value: String },
+    /// Print the current value.
+    Get { key: String },
+}
+
+#[derive(Subcommand)]
+enum AppCommand {
+    /// Publish a registry entry from a JSON file (`-` for standard input).
+    Register {
+        file: PathBuf,
+        /// How long the entry lives without renewal.
+        #[arg(long, default_value_t = 180)]
+        ttl_seconds: u64,
+    },
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let config = Config::from_env_or_exit(Mode::Local);
+    k2b_core::telemetry::init(config.log_format);
+    let result = match cli.command.unwrap_or(Command::Serve {
+        listen: serve::DEFAULT_LISTEN,
+    }) {
+        Command::Serve { listen } => serve::run(config, listen).await,
+        Command::Migrate => admin::migrate(config).await,
+        Command::User {
+            command:
+                UserCommand::Create {
+                    uid,
+                    name,
+                    mail,
+                    admin,
+                    guest,
+                    ipa,
+                },
+        } => admin::create_user(config, uid, name, mail, admin, guest, ipa).await,
+        Command::Setting {
+            command: SettingCommand::Set { key, value },
+        } => admin::set_setting(config, &key, &value).await,
+        Command::Setting {
+            command: SettingCommand::Get { key },
+        } => admin::get_setting(config, &key).await,
+        Command::App {
+            command: AppCommand::Register { file, ttl_seconds },
+        } => admin::register_app(config, &file, ttl_seconds).await,
+    };
+    if let Err(error) = result {
+        eprintln!("error: {error:#}");
+        std::process::exit(1);
+    }
+}

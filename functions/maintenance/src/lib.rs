@@ -1,0 +1,44 @@
+//! The scheduled `maintenance` function: housekeeping that no request should pay for.
+//!
+//! Each task is bounded (a fixed number of rows per run), so a backlog drains over several runs
+//! instead of one long invocation.
+
+use std::time::Duration;
+
+use k2b_core::Core;
+use k2b_core::registry::{RegistryError, store};
+use serde::Serialize;
+
+/// How long an expired registry entry is kept before it is deleted (readers already ignore it).
+pub const REGISTRY_PRUNE_GRACE: Duration = Duration::from_secs(600);
+/// Registry rows deleted per run at most.
+pub const REGISTRY_PRUNE_BATCH: i64 = 100;
+
+/// What one run changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct MaintenanceReport {
+    pub registry_pruned: u64,
+}
+
+/// The maintenance area's one error type.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    #[error("registry: {0}")]
+    Registry(#[from] RegistryError),
+}
+
+/// Runs every task once and logs one line saying what changed.
+pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
+    let registry_pruned =
+        store::prune_expired(&core.pool, REGISTRY_PRUNE_GRACE, REGISTRY_PRUNE_BATCH).await?;
+    let report = MaintenanceReport { registry_pruned };
+    if report == MaintenanceReport::default() {
+        tracing::debug!("maintenance run finished: nothing to do");
+    } else {
+        tracing::info!(
+            registry_pruned = report.registry_pruned,
+            "maintenance run finished"
+        );
+    }
+    Ok(report)
+}

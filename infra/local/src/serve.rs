@@ -1,0 +1,142 @@
+//! The server: every function's routes on one port, schedules on timers, queue wake-ups in
+//! process.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use k2b_core::Core;
+use k2b_core::config::Config;
+use k2b_core::db;
+use k2b_core::registry::{APP_REGISTRY_TTL, store};
+use serde_json::json;
+
+use crate::{admin, demo};
+
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3000);
+/// The maintenance schedule (the deployed function runs every minute too).
+const MAINTENANCE_PERIOD: Duration = Duration::from_secs(60);
+/// Registry heartbeat of the demo apps: a third of the registry TTL, like a real app's.
+const HEARTBEAT_PERIOD: Duration = Duration::from_secs(60);
+
+pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
+    let base_url = format!("http://{address}");
+    // Locally the installation lives where the runner listens, unless APP_URL says otherwise.
+    if config.app_url.is_none() {
+        config.app_url = Some(base_url.clone());
+    }
+    if let Some(notice) = config.local_mode_notice() {
+        tracing::warn!("{notice}");
+    }
+    let (core, report) = admin::open(config).await?;
+    match (report.applied.is_empty(), report.current) {
+        (true, Some(version)) => println!("database is up to date (migration {version})"),
+        (false, Some(version)) => println!(
+            "applied {} migration(s), now at {version}",
+            report.applied.len()
+        ),
+        _ => {}
+    }
+    demo::seed(&core).await?;
+    start_timers(&core, &base_url);
+
+    let app = router(core.clone());
+    println!("k2b-local listening on {base_url}");
+    println!(
+        "  health: {base_url}/healthz    admin account: `{}`",
+        demo::ADMIN_UID
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+/// Every function's routes plus the runner's own.
+pub fn router(core: Core) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(core)
+}
+
+/// `{status, database, migration}`: 200 when the database answers, 503 otherwise.
+async fn healthz(State(core): State<Core>) -> Response {
+    match db::applied_versions(&core.pool).await {
+        Ok(versions) => Json(json!({
+            "status": "ok",
+            "database": "ok",
+            "migration": versions.last(),
+        }))
+        .into_response(),
+        Err(error) => {
+            tracing::warn!(error = %error, "health check: database unavailable");
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                Json(
+                    json!({"status": "unavailable", "database": "unavailable", "migration": null}),
+                ),
+            )
+                .into_response()
+        }
+    }
+}
+
+fn start_timers(core: &Core, base_url: &str) {
+    let heartbeat_core = core.clone();
+    let entry = demo::demo_app_entry(base_url);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(HEARTBEAT_PERIOD);
+        loop {
+            ticks.tick().await;
+            let result = async {
+                let mut conn = heartbeat_core.pool.acquire().await?;
+                store::upsert(&mut conn, &entry, APP_REGISTRY_TTL).await?;
+                anyhow::Ok(())
+            }
+            .await;
+            if let Err(error) = result {
+                tracing::warn!(error = %error, "demo app heartbeat failed");
+            }
+        }
+    });
+    let maintenance_core = core.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(MAINTENANCE_PERIOD);
+        loop {
+            ticks.tick().await;
+            if let Err(error) = maintenance::run(&maintenance_core).await {
+                tracing::warn!(error = %error, "maintenance run failed");
+            }
+        }
+    });
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    interrupt.await.ok();
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    interrupt.await.ok();
+}

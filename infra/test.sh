@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every check CI runs, in CI's order: formatting, lints, the whole test suite, the template lint.
+# Installs what a fresh machine lacks and starts what the tests need; needs no input.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+# --- tools ------------------------------------------------------------------------------------
+pip_missing=()
+command -v cfn-lint >/dev/null 2>&1 || pip_missing+=("cfn-lint")
+command -v moto_server >/dev/null 2>&1 || pip_missing+=("moto[server]")
+command -v cargo-lambda >/dev/null 2>&1 || pip_missing+=("cargo-lambda")
+if ((${#pip_missing[@]})); then
+  log "installing from PyPI: ${pip_missing[*]}"
+  python3 -m pip install --quiet --disable-pip-version-check "${pip_missing[@]}"
+  command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+  hash -r
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  log "installing cargo-nextest"
+  cargo install --locked cargo-nextest
+fi
+
+# --- services ---------------------------------------------------------------------------------
+# The test harness uses DATABASE_URL, else 127.0.0.1:5432, else a throwaway cluster of its own.
+if [[ -z "${DATABASE_URL:-}" ]] && command -v pg_isready >/dev/null 2>&1 \
+   && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [[ -d /etc/postgresql ]]; then
+    log "starting the installed PostgreSQL cluster"
+    for version in /etc/postgresql/*; do
+      pg_ctlcluster --skip-systemctl-redirect "$(basename "$version")" main start || true
+    done
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+fi
+
+# --- checks -----------------------------------------------------------------------------------
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+log "build binaries (the black-box tests run k2b-local)"
+cargo build --workspace --bins
+
+log "tests"
+cargo nextest run --workspace --no-fail-fast
+
+log "cfn-lint template.yaml"
+cfn-lint template.yaml
+
+log "all checks passed"

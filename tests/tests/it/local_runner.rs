@@ -1,0 +1,224 @@
+//! `k2b-local` as a newcomer uses it: start, health, restart, bad configuration, admin commands.
+
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, run_local};
+use serde_json::Value;
+
+fn fresh_database_url(db: &TestDb) -> (String, String) {
+    let name = format!("k2b_local_{}", uuid::Uuid::new_v4().simple());
+    let url = db.url_for(&name);
+    (name, url)
+}
+
+#[tokio::test]
+async fn first_start_creates_migrates_and_seeds_and_a_restart_keeps_the_data() {
+    let db = TestDb::new().await;
+    let (name, url) = fresh_database_url(&db);
+    let env = [("DATABASE_URL", url.as_str())];
+
+    let runner = LocalRunner::start(&env);
+    let health: Value = reqwest::get(format!("{}/healthz", runner.base_url))
+        .await
+        .expect("healthz")
+        .json()
+        .await
+        .expect("json");
+    let latest = k2b_core::db::latest_known_migration().expect("migrations");
+    assert_eq!(
+        health,
+        serde_json::json!({"status": "ok", "database": "ok", "migration": latest})
+    );
+    let first = runner.stop();
+    assert!(first.contains("created the database"), "{first}");
+    assert!(first.contains("applied"), "{first}");
+    assert!(first.contains("local mode"), "local mode says so: {first}");
+
+    let set = run_local(&env, &["setting", "set", "app.name", "Kept Cloud"], None);
+    assert!(set.status.success(), "{set:?}");
+
+    let runner = LocalRunner::start(&env);
+    let response = reqwest::get(format!("{}/healthz", runner.base_url))
+        .await
+        .expect("healthz");
+    assert_eq!(response.status(), 200);
+    let second = runner.stop();
+    assert!(
+        second.contains(&format!("database is up to date (migration {latest})")),
+        "{second}"
+    );
+    assert!(!second.contains("created the database"), "{second}");
+
+    let get = run_local(&env, &["setting", "get", "app.name"], None);
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "Kept Cloud");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let admins: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM auth.users WHERE uid = 'admin' AND admin")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+    assert_eq!(admins, 1, "seeded once, kept on restart");
+    let demo: i64 = sqlx::query_scalar("SELECT count(*) FROM registry.apps WHERE app_id = 'demo'")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(demo, 1, "the demo app is registered");
+    pool.close().await;
+    db.drop_database(&name).await;
+}
+
+#[tokio::test]
+async fn bad_configuration_exits_non_zero_with_one_line_naming_the_variable() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let output = run_local(
+        &[
+            ("K2B_ENV", "production"),
+            ("DATABASE_URL", url.as_str()),
+            ("APP_SECRET", "too-short"),
+        ],
+        &["serve", "--listen", "127.0.0.1:0"],
+        None,
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("APP_SECRET must be at least 32 characters"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("too-short"), "the secret is never echoed");
+
+    let output = run_local(&[("K2B_DB_MAX_CONNECTIONS", "lots")], &["migrate"], None);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("K2B_DB_MAX_CONNECTIONS must be"));
+}
+
+#[tokio::test]
+async fn settings_round_trip_through_the_cli_and_are_stored_encrypted() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+
+    let set = run_local(&env, &["setting", "set", "app.name", "Example Cloud"], None);
+    assert!(set.status.success(), "{set:?}");
+    let get = run_local(&env, &["setting", "get", "app.name"], None);
+    assert!(get.status.success());
+    assert_eq!(String::from_utf8_lossy(&get.stdout), "Example Cloud\n");
+
+    let stored: String =
+        sqlx::query_scalar("SELECT value FROM settings.entries WHERE key = 'app.name'")
+            .fetch_one(&db.pool)
+            .await
+            .expect("row");
+    assert!(
+        stored.starts_with("v1.") && !stored.contains("Example"),
+        "{stored}"
+    );
+
+    // Flip one character of the ciphertext: the read fails instead of returning garbage.
+    let mut bytes = stored.into_bytes();
+    let last = bytes.len() - 1;
+    bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(bytes).expect("ascii");
+    sqlx::query("UPDATE settings.entries SET value = $1 WHERE key = 'app.name'")
+        .bind(&tampered)
+        .execute(&db.pool)
+        .await
+        .expect("tamper");
+    let get = run_local(&env, &["setting", "get", "app.name"], None);
+    assert!(!get.status.success());
+    assert!(get.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&get.stderr).contains("does not decrypt"));
+
+    // Another APP_SECRET cannot read values written under this one.
+    let ok = run_local(&env, &["setting", "set", "app.locale", "de-ch"], None);
+    assert!(ok.status.success());
+    let other = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", "another-secret-that-is-long-enough-0000"),
+    ];
+    let get = run_local(&other, &["setting", "get", "app.locale"], None);
+    assert!(!get.status.success());
+    let get = run_local(&env, &["setting", "get", "app.locale"], None);
+    assert_eq!(String::from_utf8_lossy(&get.stdout), "de-CH\n");
+
+    let bad = run_local(
+        &env,
+        &["setting", "set", "user.category.guest.enabled", "maybe"],
+        None,
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("must be true or false"));
+}
+
+#[tokio::test]
+async fn a_setting_value_can_come_from_standard_input() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let logo = format!("data:image/png;base64,{}\n", "A".repeat(3 * 1024 * 1024));
+    let set = run_local(&env, &["setting", "set", "app.logo", "-"], Some(&logo));
+    assert!(
+        set.status.success(),
+        "{:?}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let get = run_local(&env, &["setting", "get", "app.logo"], None);
+    assert_eq!(String::from_utf8_lossy(&get.stdout), logo);
+}
+
+#[tokio::test]
+async fn users_and_apps_are_created_by_admin_commands() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let created = run_local(
+        &env,
+        &[
+            "user",
+            "create",
+            "grace",
+            "--name",
+            "Grace Example",
+            "--guest",
+        ],
+        None,
+    );
+    assert!(created.status.success(), "{created:?}");
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    let (uid, profile): (String, String) =
+        sqlx::query_as("SELECT uid, profile FROM auth.users WHERE id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&db.pool)
+            .await
+            .expect("user");
+    assert_eq!((uid.as_str(), profile.as_str()), ("grace", "guest"));
+    let again = run_local(&env, &["user", "create", "grace"], None);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+
+    let entry = serde_json::json!({
+        "id": "inventory", "name": "Inventory", "icon": "ti ti-box", "description": "Stock",
+        "baseUrl": "http://127.0.0.1:4000", "routes": ["/app/inventory"]
+    })
+    .to_string();
+    let registered = run_local(&env, &["app", "register", "-"], Some(&entry));
+    assert!(registered.status.success(), "{registered:?}");
+    let apps = k2b_core::registry::list_apps(&db.pool).await.expect("list");
+    assert_eq!(
+        apps.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+        vec!["inventory"]
+    );
+    let invalid = run_local(&env, &["app", "register", "-"], Some(r#"{"id":"x"}"#));
+    assert!(!invalid.status.success());
+    assert!(String::from_utf8_lossy(&invalid.stderr).contains("must be a non-empty string"));
+}

@@ -1,0 +1,4 @@
+//! Black-box and cross-function tests against a real Postgres, real HTTP and real processes.
+
+mod local_runner;
+mod maintenance;
