@@ -3,7 +3,8 @@
 //!
 //! The server is found from `K2B_TEST_DATABASE_URL` or `DATABASE_URL`, else 127.0.0.1:5432; when
 //! nothing answers there but PostgreSQL binaries are installed, a throwaway cluster is started in
-//! a temporary directory and shared by every test process of this user.
+//! a temporary directory and shared by every test process of this user
+//! (`K2B_TEST_THROWAWAY_CLUSTER=1` forces that path).
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -235,7 +236,8 @@ fn find_server() -> String {
         }
     }
     let default: SocketAddr = ([127, 0, 0, 1], 5432).into();
-    if TcpStream::connect_timeout(&default, Duration::from_secs(1)).is_ok() {
+    let forced = std::env::var("K2B_TEST_THROWAWAY_CLUSTER").is_ok_and(|v| v == "1");
+    if !forced && TcpStream::connect_timeout(&default, Duration::from_secs(1)).is_ok() {
         return "postgres://postgres@127.0.0.1:5432/postgres".to_string();
     }
     throwaway_cluster().unwrap_or_else(|reason| {
