@@ -1,5 +1,6 @@
 //! Accounts (`auth.users`) and the actor a request acts as.
 
+pub mod resolve;
 pub mod roles;
 
 use chrono::{DateTime, Utc};
@@ -7,6 +8,7 @@ use serde::Serialize;
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
+pub use resolve::{CurrentActor, authenticate};
 pub use roles::{Profile, Provider, Role, build_roles, without_admin_role};
 
 use crate::settings::{AccountCategory, Settings, SettingsError};
@@ -215,7 +217,7 @@ pub enum SessionKind {
 }
 
 /// How a person's request was authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CredentialKind {
     Session,

@@ -6,6 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::identity::kek::{self, KekError, KekSet};
+use crate::identity::runtime::{JWKS_ORIGIN_VARIABLE, OAUTH_JWKS_ORIGIN_VARIABLE};
+
 /// Built-in `APP_SECRET` of local mode. Anything encrypted with it is readable by anyone with this
 /// source, which is why production refuses to start without a real secret.
 const LOCAL_APP_SECRET: &str = "k2b-local-development-secret-never-use-in-production";
@@ -85,25 +88,59 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `K2B_SETTINGS_CACHE_MS`: how long a setting read is reused in this process.
     pub settings_cache: Duration,
+    /// Signing-key encryption and JWKS locations.
+    pub identity: IdentityConfig,
     /// Names of the variables that took a local-mode default, for the start-up notice.
     pub local_defaults: Vec<&'static str>,
 }
 
 /// A configuration problem, named by its variable. Displays as one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable} {expected}")]
+#[error("{message}")]
 pub struct ConfigError {
     pub variable: &'static str,
-    pub expected: String,
+    pub message: String,
 }
 
 impl ConfigError {
-    pub fn new(variable: &'static str, expected: impl Into<String>) -> Self {
+    /// `<VARIABLE> <what is expected>`.
+    pub fn new(variable: &'static str, expected: impl AsRef<str>) -> Self {
         ConfigError {
             variable,
-            expected: expected.into(),
+            message: format!("{variable} {}", expected.as_ref()),
         }
     }
+
+    /// A message that already names the variable.
+    pub fn with_message(variable: &'static str, message: impl Into<String>) -> Self {
+        ConfigError {
+            variable,
+            message: message.into(),
+        }
+    }
+}
+
+/// Development key-encryption key of local mode (never valid outside it).
+const LOCAL_IDENTITY_KEK: &str = "6b32622d6c6f63616c2d6465762d6b656b2d6e6f742d666f722d70726f642121";
+
+/// How invocation authority is issued (`CLOUD_INVOCATION_ISSUANCE_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvocationIssuanceMode {
+    Legacy,
+    Jwt,
+}
+
+/// The identity part of the configuration.
+#[derive(Debug, Clone)]
+pub struct IdentityConfig {
+    /// `CLOUD_IDENTITY_KEY_ENCRYPTION_KEY` (+ `_PREVIOUS_KEY` / `_NEXT_KEY`), parsed.
+    pub keks: KekSet,
+    /// `CLOUD_IDENTITY_JWKS_ORIGIN`: private transport origin of the session/invocation JWKS.
+    pub jwks_origin: Option<String>,
+    /// `CLOUD_OAUTH_JWKS_ORIGIN`: private transport origin of the OAuth JWKS.
+    pub oauth_jwks_origin: Option<String>,
+    /// `CLOUD_INVOCATION_ISSUANCE_MODE`: `legacy` (default) or `jwt`.
+    pub invocation_issuance_mode: InvocationIssuanceMode,
 }
 
 /// Every variable [`Config`] reads, with its meaning; the README's configuration table follows it.
@@ -214,7 +251,9 @@ impl Config {
         if app_id != CORE_APP_ID {
             return Err(ConfigError::new(
                 "APP_ID",
-                format!("must be `{CORE_APP_ID}`: these functions are the Cloud Core application"),
+                format!(
+                    "must be `{CORE_APP_ID}`: Cloud identity keys may only be loaded by the Core application"
+                ),
             ));
         }
 
@@ -258,6 +297,65 @@ impl Config {
 
         let settings_cache_ms = parse_number(&get, "K2B_SETTINGS_CACHE_MS", 0, 300_000, 5_000)?;
 
+        let current_kek = match lookup(kek::CURRENT_VARIABLE).filter(|v| !v.trim().is_empty()) {
+            Some(value) => Secret::new(value),
+            None if mode.is_local() => {
+                local_defaults.push(kek::CURRENT_VARIABLE);
+                Secret::new(LOCAL_IDENTITY_KEK)
+            }
+            None => {
+                return Err(ConfigError::new(
+                    kek::CURRENT_VARIABLE,
+                    "is required outside local mode (32 random bytes as 64 hexadecimal characters)",
+                ));
+            }
+        };
+        let previous_kek = lookup(kek::PREVIOUS_VARIABLE).map(Secret::new);
+        let next_kek = lookup(kek::NEXT_VARIABLE).map(Secret::new);
+        let keks = KekSet::parse(
+            &app_id,
+            Some(&current_kek),
+            previous_kek.as_ref(),
+            next_kek.as_ref(),
+        )
+        .map_err(|error| {
+            let variable = match error {
+                KekError::Malformed(variable) => variable,
+                KekError::NotCore => "APP_ID",
+                KekError::NotDistinct | KekError::PreviousAndNext => kek::PREVIOUS_VARIABLE,
+            };
+            ConfigError::with_message(variable, error.to_string())
+        })?;
+        let jwks_origin = get(JWKS_ORIGIN_VARIABLE);
+        let oauth_jwks_origin = get(OAUTH_JWKS_ORIGIN_VARIABLE);
+        for (variable, origin) in [
+            (JWKS_ORIGIN_VARIABLE, &jwks_origin),
+            (OAUTH_JWKS_ORIGIN_VARIABLE, &oauth_jwks_origin),
+        ] {
+            if let Some(origin) = origin {
+                crate::identity::runtime::jwks_url(
+                    "https://unused.invalid",
+                    Some(origin),
+                    variable,
+                    "/",
+                )
+                .map_err(|e| ConfigError::with_message(variable, e.to_string()))?;
+            }
+        }
+        let invocation_issuance_mode = match get("CLOUD_INVOCATION_ISSUANCE_MODE")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("legacy") => InvocationIssuanceMode::Legacy,
+            Some("jwt") => InvocationIssuanceMode::Jwt,
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "CLOUD_INVOCATION_ISSUANCE_MODE",
+                    "must be `legacy` or `jwt`",
+                ));
+            }
+        };
+
         Ok(Config {
             mode,
             database_url: Secret::new(database_url),
@@ -271,6 +369,12 @@ impl Config {
             },
             log_format,
             settings_cache: Duration::from_millis(settings_cache_ms),
+            identity: IdentityConfig {
+                keks,
+                jwks_origin,
+                oauth_jwks_origin,
+                invocation_issuance_mode,
+            },
             local_defaults,
         })
     }
@@ -343,6 +447,7 @@ mod tests {
     }
 
     const GOOD_SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const KEK: &str = "0101010101010101010101010101010101010101010101010101010101010101";
 
     #[test]
     fn local_mode_fills_in_defaults_and_says_so() {
@@ -351,6 +456,10 @@ mod tests {
         assert_eq!(config.database_url.expose(), LOCAL_DATABASE_URL);
         assert_eq!(config.app_secret.expose(), LOCAL_APP_SECRET);
         assert_eq!(config.log_format, LogFormat::Pretty);
+        assert_eq!(
+            config.identity.invocation_issuance_mode,
+            InvocationIssuanceMode::Legacy
+        );
         let notice = config.local_mode_notice().expect("a notice");
         assert!(notice.contains("APP_SECRET") && notice.contains("DATABASE_URL"));
     }
@@ -395,6 +504,7 @@ mod tests {
                 ("APP_SECRET", GOOD_SECRET),
                 ("APP_URL", "https://cloud.example.org"),
                 ("K2B_DB_MAX_CONNECTIONS", "3"),
+                ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", KEK),
             ],
         )
         .expect("valid");
@@ -420,6 +530,11 @@ mod tests {
             ("K2B_DB_ACQUIRE_TIMEOUT_MS", "5"),
             ("K2B_LOG_FORMAT", "xml"),
             ("K2B_SETTINGS_CACHE_MS", "-1"),
+            ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", "short"),
+            ("CLOUD_IDENTITY_NEXT_KEY", "zz"),
+            ("CLOUD_IDENTITY_JWKS_ORIGIN", "file:///tmp/core"),
+            ("CLOUD_OAUTH_JWKS_ORIGIN", "ftp://oauth"),
+            ("CLOUD_INVOCATION_ISSUANCE_MODE", "maybe"),
         ] {
             let err = parse(Mode::Local, &[(name, value)]).expect_err("must fail");
             assert_eq!(err.variable, name, "{name}={value}");

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod http;
+pub mod identity;
 pub mod registry;
 pub mod settings;
 pub mod telemetry;
@@ -20,6 +21,7 @@ use sqlx::PgPool;
 
 use crate::config::Config;
 use crate::db::DbError;
+use crate::identity::Identity;
 use crate::settings::Settings;
 
 /// The shared state of one execution environment, cheap to clone into every handler.
@@ -29,7 +31,8 @@ pub struct Core(Arc<CoreInner>);
 pub struct CoreInner {
     pub config: Config,
     pub pool: PgPool,
-    pub settings: Settings,
+    pub settings: Arc<Settings>,
+    pub identity: Identity,
 }
 
 impl Core {
@@ -41,16 +44,25 @@ impl Core {
 
     /// Builds the state around an existing pool (tests, the local runner).
     pub fn with_pool(config: Config, pool: PgPool) -> Core {
-        let settings = Settings::new(
+        let settings = Arc::new(Settings::new(
             pool.clone(),
             config.app_secret.expose(),
             config.settings_cache,
             config.app_url.clone(),
+        ));
+        let identity = Identity::new(
+            pool.clone(),
+            config.identity.keks.clone(),
+            settings.clone(),
+            !config.mode.is_local(),
+            config.identity.jwks_origin.clone(),
+            config.identity.oauth_jwks_origin.clone(),
         );
         Core(Arc::new(CoreInner {
             config,
             pool,
             settings,
+            identity,
         }))
     }
 }

@@ -9,6 +9,9 @@ use k2b_core::Core;
 use k2b_core::auth::{self, NewUser, Profile, Provider};
 use k2b_core::config::Config;
 use k2b_core::db;
+use k2b_core::identity::IssueOptions;
+use k2b_core::identity::session::{SESSION_COOKIE, SessionRequest};
+use k2b_core::identity::workload;
 use k2b_core::registry::store;
 use k2b_core::settings::definitions;
 use serde_json::Value;
@@ -85,6 +88,38 @@ pub async fn get_setting(config: Config, key: &str) -> anyhow::Result<()> {
         Value::String(text) => println!("{text}"),
         other => println!("{other}"),
     }
+    Ok(())
+}
+
+pub async fn issue_session(config: Config, uid: &str) -> anyhow::Result<()> {
+    let (core, _) = open(config).await?;
+    let user = auth::find_user_by_uid(&mut *core.pool.acquire().await?, uid)
+        .await?
+        .with_context(|| format!("no account with uid `{uid}`"))?;
+    let session = core
+        .identity
+        .issue_session(
+            &core.settings,
+            SessionRequest::web(user.id),
+            IssueOptions::default(),
+        )
+        .await?;
+    println!("{SESSION_COOKIE}={}", session.token);
+    Ok(())
+}
+
+pub async fn issue_app_credential(config: Config, app_id: &str) -> anyhow::Result<()> {
+    if !k2b_core::registry::is_valid_app_id(app_id) {
+        bail!("`{app_id}` is not a valid app id (lowercase letter, then letters, digits or -)");
+    }
+    let (core, _) = open(config).await?;
+    let (token, _) = workload::issue_app_credential(
+        &mut *core.pool.acquire().await?,
+        app_id,
+        workload::WORKLOAD_SCOPES,
+    )
+    .await?;
+    println!("{token}");
     Ok(())
 }
 

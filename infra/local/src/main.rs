@@ -41,11 +41,32 @@ enum Command {
         #[command(subcommand)]
         command: SettingCommand,
     },
-    /// Manage the app registry.
+    /// Manage the app registry and app credentials.
     App {
         #[command(subcommand)]
         command: AppCommand,
     },
+    /// Issue sessions for manual testing.
+    Session {
+        #[command(subcommand)]
+        command: SessionCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionCommand {
+    /// Issue a browser session for an account and print its cookie (`session_token=…`).
+    Issue {
+        /// The account's uid.
+        #[arg(long)]
+        user: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum CredentialCommand {
+    /// Issue a workload credential (`cld_…`) for an app and print it (shown only once).
+    Issue { app_id: String },
 }
 
 #[derive(Subcommand)]
@@ -86,6 +107,11 @@ enum AppCommand {
         #[arg(long, default_value_t = 180)]
         ttl_seconds: u64,
     },
+    /// Manage an app's workload credentials.
+    Credential {
+        #[command(subcommand)]
+        command: CredentialCommand,
+    },
 }
 
 #[tokio::main]
@@ -118,6 +144,15 @@ async fn main() {
         Command::App {
             command: AppCommand::Register { file, ttl_seconds },
         } => admin::register_app(config, &file, ttl_seconds).await,
+        Command::App {
+            command:
+                AppCommand::Credential {
+                    command: CredentialCommand::Issue { app_id },
+                },
+        } => admin::issue_app_credential(config, &app_id).await,
+        Command::Session {
+            command: SessionCommand::Issue { user },
+        } => admin::issue_session(config, &user).await,
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

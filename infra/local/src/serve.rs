@@ -21,6 +21,8 @@ pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3000);
 /// The maintenance schedule (the deployed function runs every minute too).
 const MAINTENANCE_PERIOD: Duration = Duration::from_secs(60);
+/// Identity key maintenance (the deployed `keys` function runs every minute).
+const KEYS_PERIOD: Duration = Duration::from_secs(60);
 /// Registry heartbeat of the demo apps: a third of the registry TTL, like a real app's.
 const HEARTBEAT_PERIOD: Duration = Duration::from_secs(60);
 
@@ -47,12 +49,20 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
         _ => {}
     }
     demo::seed(&core).await?;
+    core.identity
+        .initialize()
+        .await
+        .context("cannot prepare the identity signing keys")?;
     start_timers(&core, &base_url);
 
     let app = router(core.clone());
     println!("k2b-local listening on {base_url}");
     println!(
         "  health: {base_url}/healthz    admin account: `{}`",
+        demo::ADMIN_UID
+    );
+    println!(
+        "  sign in: cargo run -p k2b-local -- session issue --user {}   (prints a cookie for curl -b)",
         demo::ADMIN_UID
     );
     axum::serve(listener, app)
@@ -65,7 +75,8 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
 pub fn router(core: Core) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .with_state(core)
+        .with_state(core.clone())
+        .merge(registry::router(core))
 }
 
 /// `{status, database, migration}`: 200 when the database answers, 503 otherwise.
@@ -105,6 +116,17 @@ fn start_timers(core: &Core, base_url: &str) {
             .await;
             if let Err(error) = result {
                 tracing::warn!(error = %error, "demo app heartbeat failed");
+            }
+        }
+    });
+    let keys_core = core.clone();
+    tokio::spawn(async move {
+        let initialized = tokio::sync::OnceCell::new();
+        let mut ticks = tokio::time::interval(KEYS_PERIOD);
+        loop {
+            ticks.tick().await;
+            if let Err(error) = keys::run(&keys_core, &initialized).await {
+                tracing::warn!(error = %error, "key maintenance failed");
             }
         }
     });

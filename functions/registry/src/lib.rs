@@ -1,0 +1,173 @@
+//! The `registry` function: apps publish their registry entry with their own workload
+//! credential, and anyone reads the identity JWKS documents.
+//!
+//! - `GET /.well-known/cloud-session-jwks.json`, `GET /.well-known/cloud-invocation-jwks.json`:
+//!   the keys that verify session and invocation tokens (ETag, 5-minute public cache, 304).
+//! - `PUT /api/registry/v1/apps/{appId}`: `Authorization: Bearer cld_…` of the app's
+//!   resource-bound service account with scope `registry:publish`; the body is the entry, alive
+//!   for 180 s unless published again.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router, middleware};
+use k2b_core::Core;
+use k2b_core::http::ApiError;
+use k2b_core::http::body::{BodyError, read_json};
+use k2b_core::http::headers::{request_id, set_no_store};
+use k2b_core::identity::workload::{self, WorkloadIdentity};
+use k2b_core::identity::{INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring};
+use k2b_core::registry::store::{self, MAX_ENTRY_BYTES};
+use k2b_core::registry::{APP_REGISTRY_TTL, RegistryError};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// The scope an app's credential needs to publish its entry.
+pub const PUBLISH_SCOPE: &str = "registry:publish";
+
+/// The function's routes.
+pub fn router(core: Core) -> Router {
+    Router::new()
+        .route(SESSION_JWKS_PATH, get(session_jwks))
+        .route(INVOCATION_JWKS_PATH, get(invocation_jwks))
+        .route("/api/registry/v1/apps/{app_id}", put(publish))
+        .layer(middleware::from_fn(request_id))
+        .with_state(core)
+}
+
+async fn session_jwks(State(core): State<Core>, headers: HeaderMap) -> Response {
+    jwks(&core, Purpose::Session, &headers).await
+}
+
+async fn invocation_jwks(State(core): State<Core>, headers: HeaderMap) -> Response {
+    jwks(&core, Purpose::Invocation, &headers).await
+}
+
+/// `"` + the first 32 hex characters of SHA-256 over `{purpose, keys}` + `"`.
+pub fn jwks_etag(purpose: Purpose, keys: &[Value]) -> String {
+    let document = json!({"purpose": purpose.as_str(), "keys": keys});
+    let digest = hex::encode(Sha256::digest(document.to_string().as_bytes()));
+    format!("\"{}\"", &digest[..32])
+}
+
+async fn jwks(core: &Core, purpose: Purpose, headers: &HeaderMap) -> Response {
+    let keys = match ring::list_jwks(&core.pool, purpose).await {
+        Ok(keys) => keys,
+        Err(error) => {
+            tracing::warn!(purpose = purpose.as_str(), error = %error, "JWKS unavailable");
+            return ApiError::unavailable("The key set is unavailable right now.").into_response();
+        }
+    };
+    let etag = jwks_etag(purpose, &keys);
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == etag);
+    let mut response = if matches {
+        (StatusCode::NOT_MODIFIED, Body::empty()).into_response()
+    } else {
+        Json(json!({ "keys": keys })).into_response()
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&format!(
+        "public, max-age={JWKS_MAX_AGE_SECONDS}, must-revalidate"
+    )) {
+        headers.insert(header::CACHE_CONTROL, value);
+    }
+    response
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "UNAUTHORIZED",
+        "A valid app credential is required.",
+    )
+}
+
+/// Authenticates the request's workload credential for `app_id`: 401 when the credential is
+/// missing, unknown, revoked or not a workload credential; 403 when it belongs to another app or
+/// lacks the publish scope.
+async fn authorize(core: &Core, headers: &HeaderMap, app_id: &str) -> Result<WorkloadIdentity, ApiError> {
+    let token = k2b_core::auth::resolve::bearer_token(headers).filter(|t| t.starts_with("cld_"));
+    let Some(token) = token else {
+        return Err(unauthorized());
+    };
+    let mut conn = core
+        .pool
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("The registry is unavailable right now."))?;
+    let record = workload::lookup(&mut conn, token)
+        .await
+        .map_err(|_| ApiError::unavailable("The registry is unavailable right now."))?;
+    let Some(record) = record.filter(workload::is_usable_workload) else {
+        return Err(unauthorized());
+    };
+    workload::check_workload(&record, app_id, PUBLISH_SCOPE).ok_or_else(|| {
+        tracing::warn!(
+            app_id = %app_id.chars().take(80).collect::<String>(),
+            credential_app = record.app_id.as_deref().unwrap_or(""),
+            "registry write refused: credential of another app or without the publish scope"
+        );
+        ApiError::forbidden("This credential may not publish this app.")
+    })
+}
+
+async fn publish(
+    State(core): State<Core>,
+    Path(app_id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut response = match publish_entry(&core, &app_id, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    set_no_store(response.headers_mut());
+    response
+}
+
+async fn publish_entry(core: &Core, app_id: &str, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let workload = authorize(core, headers, app_id).await?;
+    let entry: Value = read_json(headers, body, MAX_ENTRY_BYTES).await.map_err(|error| match error {
+        BodyError::TooLarge { limit } => ApiError::payload_too_large(limit),
+        _ => ApiError::bad_request("The registry entry must be a JSON object."),
+    })?;
+    if entry.get("id").and_then(Value::as_str) != Some(app_id) {
+        return Err(ApiError::bad_request("The entry's id must equal the app id of the path."));
+    }
+    let mut conn = core
+        .pool
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("The registry is unavailable right now."))?;
+    match store::upsert(&mut conn, &entry, APP_REGISTRY_TTL).await {
+        Ok(_) => {}
+        Err(RegistryError::Invalid(reason)) => return Err(ApiError::bad_request(reason)),
+        Err(RegistryError::TooLarge { .. }) => return Err(ApiError::payload_too_large(MAX_ENTRY_BYTES)),
+        Err(error) => {
+            tracing::warn!(app_id, error = %error, "registry write failed");
+            return Err(ApiError::unavailable("The registry is unavailable right now."));
+        }
+    }
+    record_use(core, &workload).await;
+    let expires_at = chrono::Utc::now() + chrono::Duration::seconds(APP_REGISTRY_TTL.as_secs() as i64);
+    Ok(Json(json!({
+        "id": app_id,
+        "expiresAt": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    }))
+    .into_response())
+}
+
+/// Records when the credential was last used (best effort).
+async fn record_use(core: &Core, workload: &WorkloadIdentity) {
+    if let Err(error) = workload::touch_credential(&core.pool, workload.credential_id).await {
+        tracing::debug!(error = %error, "credential last-use not recorded");
+    }
+}

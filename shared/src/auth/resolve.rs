@@ -1,0 +1,153 @@
+//! Who a request acts as: a bearer credential when an `Authorization` header is present, else a
+//! browser session (`session_token`), else a mobile-app session (`pwa_session`), else nobody.
+
+use axum::extract::{FromRef, FromRequestParts};
+use http::request::Parts;
+use http::{HeaderMap, header};
+
+use super::{
+    Actor, AuthError, AuthUser, CredentialKind, ServiceAccountActor, ServiceAccountKind,
+    SessionKind, UserActor, find_user, roles_of,
+};
+use crate::Core;
+use crate::http::ApiError;
+use crate::http::cookies::get_cookie;
+use crate::identity::session::{APP_SESSION_COOKIE, SESSION_COOKIE, validate_session};
+use crate::identity::workload;
+
+/// The bearer token of a request, if it sends `Authorization: Bearer <token>`.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Resolves the actor of a request. A request that sends `Authorization` is judged by that
+/// credential alone; an unknown credential or session is simply anonymous.
+pub async fn authenticate(core: &Core, headers: &HeaderMap) -> Result<Actor, AuthError> {
+    if headers.contains_key(header::AUTHORIZATION) {
+        return match bearer_token(headers) {
+            Some(token) if token.starts_with("cld_") => api_key_actor(core, token).await,
+            // OAuth access tokens are verified by the OAuth application, not here.
+            _ => Ok(Actor::Anonymous),
+        };
+    }
+    for cookie in [SESSION_COOKIE, APP_SESSION_COOKIE] {
+        if let Some(token) = get_cookie(headers, cookie)
+            && let Some(actor) = session_actor(core, token).await?
+        {
+            return Ok(actor);
+        }
+    }
+    Ok(Actor::Anonymous)
+}
+
+/// The actor of a session token, if the token and its family are valid. An app session's person
+/// never carries the `admin` role.
+pub async fn session_actor(core: &Core, token: &str) -> Result<Option<Actor>, AuthError> {
+    let Some(claims) = core.identity.verify_session_token(token).await else {
+        return Ok(None);
+    };
+    let mut conn = core.pool.acquire().await?;
+    let valid = validate_session(&mut conn, &core.settings, &claims)
+        .await
+        .map_err(|e| AuthError::Invalid(e.to_string()))?;
+    let Some(valid) = valid else {
+        return Ok(None);
+    };
+    let roles = roles_of(&mut conn, &core.settings, &valid.user).await?;
+    let mut user = AuthUser::from_record(&valid.user, roles);
+    if matches!(valid.kind, SessionKind::App { .. }) {
+        user = user.without_admin_role();
+    }
+    Ok(Some(Actor::User(UserActor {
+        user,
+        sid: valid.sid,
+        session: valid.kind,
+    })))
+}
+
+async fn api_key_actor(core: &Core, token: &str) -> Result<Actor, AuthError> {
+    let mut conn = core.pool.acquire().await?;
+    let Some(record) = workload::lookup(&mut conn, token).await? else {
+        return Ok(Actor::Anonymous);
+    };
+    let usable = record.credential_kind == "api_token"
+        && !record.credential_revoked
+        && record.account_status == "active";
+    if !usable {
+        return Ok(Actor::Anonymous);
+    }
+    let delegated_user = match (record.kind(), record.delegated_user_id) {
+        (ServiceAccountKind::UserDelegated, Some(user_id)) => {
+            let Some(user) = find_user(&mut conn, user_id).await? else {
+                return Ok(Actor::Anonymous);
+            };
+            let roles = roles_of(&mut conn, &core.settings, &user).await?;
+            Some(AuthUser::from_record(&user, roles))
+        }
+        _ => None,
+    };
+    Ok(Actor::ServiceAccount(ServiceAccountActor {
+        id: record.service_account_id,
+        kind: record.kind(),
+        delegated_user,
+        credential_kind: CredentialKind::ApiKey,
+        credential_id: record.credential_id.to_string(),
+        scopes: record.scopes,
+    }))
+}
+
+/// Extractor: the request's actor (anonymous when none). Fails with 503 only when the database
+/// cannot be asked.
+pub struct CurrentActor(pub Actor);
+
+impl<S> FromRequestParts<S> for CurrentActor
+where
+    Core: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(actor) = parts.extensions.get::<Actor>() {
+            return Ok(CurrentActor(actor.clone()));
+        }
+        let core = Core::from_ref(state);
+        match authenticate(&core, &parts.headers).await {
+            Ok(actor) => {
+                parts.extensions.insert(actor.clone());
+                Ok(CurrentActor(actor))
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "authentication unavailable");
+                Err(ApiError::unavailable(
+                    "Authentication is unavailable right now.",
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn bearer_tokens_are_read_case_insensitively() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer cld_abc"),
+        );
+        assert_eq!(bearer_token(&headers), Some("cld_abc"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic x"));
+        assert_eq!(bearer_token(&headers), None);
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert_eq!(bearer_token(&headers), None);
+    }
+}

@@ -1,0 +1,534 @@
+//! Identity: the signing-key ring, JWKS publication, session and invocation tokens, and app
+//! workload credentials.
+//!
+//! [`Identity`] is the per-process service: it caches one signer per purpose (refreshed by a
+//! single shared flight bounded at 30 s), loads the runtime configuration (issuer) the same way,
+//! and runs every issuance inside [`Identity::with_active_signer`], which checks in Postgres,
+//! under one deadline, that the key is still active while the token is made.
+
+pub mod constants;
+pub mod flight;
+pub mod invocation;
+pub mod jwt;
+pub mod kek;
+pub mod keys;
+pub mod metrics;
+pub mod remote;
+pub mod ring;
+pub mod runtime;
+pub mod session;
+pub mod signing;
+pub mod workload;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use jsonwebtoken::{DecodingKey, EncodingKey};
+use serde::Serialize;
+use sqlx::PgPool;
+
+pub use constants::*;
+pub use kek::KekSet;
+pub use metrics::{Counter, Metrics, MetricsSnapshot};
+pub use ring::PurposeChanges;
+pub use runtime::{IdentitySettings, IdentitySettingsSource, RuntimeConfig, RuntimeConfigCache};
+pub use signing::{IssueOptions, SigningScope, Step};
+
+use crate::settings::Settings;
+
+/// What a key signs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Purpose {
+    Session,
+    Invocation,
+    Oauth,
+}
+
+impl Purpose {
+    /// Every purpose, in maintenance order.
+    pub const ALL: [Purpose; 3] = [Purpose::Session, Purpose::Invocation, Purpose::Oauth];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Session => "session",
+            Purpose::Invocation => "invocation",
+            Purpose::Oauth => "oauth",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Purpose> {
+        Purpose::ALL.into_iter().find(|p| p.as_str() == value)
+    }
+
+    /// The longest lifetime of a token of this purpose, which every verify window covers.
+    pub fn token_ttl(self) -> Duration {
+        match self {
+            Purpose::Session => Duration::from_secs(24 * 3600),
+            Purpose::Invocation => Duration::from_secs(INVOCATION_TOKEN_TTL_SECONDS as u64),
+            Purpose::Oauth => Duration::from_secs(2 * 3600),
+        }
+    }
+}
+
+impl std::fmt::Display for Purpose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An imported, usable signing key.
+pub struct Signer {
+    pub purpose: Purpose,
+    pub kid: String,
+    pub key: EncodingKey,
+    pub sign_until: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Signer({} {})", self.purpose, self.kid)
+    }
+}
+
+/// The identity area's one error type. Messages are the operator-facing texts of the platform.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("Identity service did not respond within {within} ({step})")]
+    Timeout { within: String, step: Step },
+    #[error("Identity issuance was cancelled")]
+    Cancelled,
+    #[error("Identity issuance timeout must be positive")]
+    InvalidTimeout,
+    #[error("No active {0} identity signer is available")]
+    NoActiveSigner(Purpose),
+    #[error("Cloud identity signer refresh did not finish within 30 s")]
+    RefreshTimeout,
+    #[error("Cloud identity signer refresh was invalidated")]
+    RefreshInvalidated,
+    #[error("Cloud identity settings did not load within 30 s")]
+    SettingsTimeout,
+    #[error("Active {0} signing key is past sign_until")]
+    PastSignUntil(Purpose),
+    #[error("Failed to promote the pending {0} signing key")]
+    PromoteFailed(Purpose),
+    #[error("Failed to create initial {0} signing key")]
+    CreateFailed(Purpose),
+    #[error("No configured KEK can decrypt Cloud identity key {0}")]
+    NoKek(String),
+    #[error("Cloud identity key {0} could not be decrypted")]
+    Undecryptable(String),
+    #[error(transparent)]
+    Key(#[from] keys::KeyError),
+    #[error("Cloud identity issuer must be an http(s) URL (app.url)")]
+    InvalidIssuer,
+    #[error("Cloud identity issuer must use HTTPS in production")]
+    IssuerNotHttps,
+    #[error("{0} must use http or https")]
+    BadJwksOrigin(&'static str),
+    #[error("Emergency key revocation requires a reason")]
+    RevocationReason,
+    #[error("Cloud session expiry must follow issuance")]
+    ExpiryBeforeIssuance,
+    #[error("The account cannot receive a session")]
+    AccountUnavailable,
+    #[error("token: {0}")]
+    Encode(#[from] jwt::EncodeError),
+    #[error("invalid invocation: {0}")]
+    InvalidInvocation(&'static str),
+    #[error("identity settings: {0}")]
+    Settings(#[from] crate::settings::SettingsError),
+    #[error("identity database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("{0}")]
+    Shared(Arc<IdentityError>),
+}
+
+impl From<crate::db::DbError> for IdentityError {
+    fn from(error: crate::db::DbError) -> Self {
+        match error {
+            crate::db::DbError::Sql(e) => IdentityError::Database(e),
+            other => IdentityError::Database(sqlx::Error::Protocol(other.to_string())),
+        }
+    }
+}
+
+impl IdentityError {
+    /// The error behind any sharing wrapper.
+    pub fn root(&self) -> &IdentityError {
+        match self {
+            IdentityError::Shared(inner) => inner.root(),
+            other => other,
+        }
+    }
+
+    /// Whether this is the issuance deadline passing (the platform's `TimeoutError`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self.root(),
+            IdentityError::Timeout { .. }
+                | IdentityError::RefreshTimeout
+                | IdentityError::SettingsTimeout
+        )
+    }
+}
+
+/// Prepares signers: in production, maintenance of the purpose's ring and import of its active
+/// key; tests substitute sources that hang or fail.
+pub trait SignerSource: Send + Sync {
+    fn prepare(&self, purpose: Purpose) -> BoxFuture<'static, Result<Arc<Signer>, IdentityError>>;
+}
+
+/// The production signer source: [`ring::maintain_purpose`] bounded at 30 s, then import.
+pub struct DbSignerSource {
+    pool: PgPool,
+    keks: KekSet,
+    metrics: Arc<Metrics>,
+}
+
+impl SignerSource for DbSignerSource {
+    fn prepare(&self, purpose: Purpose) -> BoxFuture<'static, Result<Arc<Signer>, IdentityError>> {
+        let pool = self.pool.clone();
+        let keks = self.keks.clone();
+        let metrics = self.metrics.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + REFRESH_TIMEOUT;
+            let (row, changes) = ring::maintain_purpose(&pool, &keks, purpose, deadline).await?;
+            if changes.promoted || changes.created_active {
+                metrics.inc(Counter::RotationSuccess);
+            }
+            Ok(Arc::new(ring::import_row(&keks, purpose, &row)?))
+        }
+        .boxed()
+    }
+}
+
+/// Reads `app.url` and `freeipa.groups.admin` in parallel from settings.
+struct SettingsSource(Arc<Settings>);
+
+impl IdentitySettingsSource for SettingsSource {
+    fn load(&self) -> BoxFuture<'static, Result<IdentitySettings, IdentityError>> {
+        let settings = self.0.clone();
+        async move {
+            let (url, groups) =
+                tokio::join!(settings.app_url(), settings.get("freeipa.groups.admin"));
+            Ok(IdentitySettings {
+                app_url: url?,
+                admin_groups: groups?,
+            })
+        }
+        .boxed()
+    }
+}
+
+struct CachedSigner {
+    signer: Arc<Signer>,
+    fresh_until: DateTime<Utc>,
+}
+
+type VerifyKeyCache = HashMap<(Purpose, String), (tokio::time::Instant, Arc<DecodingKey>)>;
+
+struct IdentityInner {
+    pool: PgPool,
+    keks: KekSet,
+    source: Arc<dyn SignerSource>,
+    runtime: RuntimeConfigCache,
+    signers: Arc<Mutex<HashMap<Purpose, CachedSigner>>>,
+    flights: flight::SingleFlight<Purpose, Arc<Signer>, Arc<IdentityError>>,
+    verify_keys: Mutex<VerifyKeyCache>,
+    metrics: Arc<Metrics>,
+    refresh_timeout: Duration,
+}
+
+/// The identity service of one process. Cheap to clone.
+#[derive(Clone)]
+pub struct Identity(Arc<IdentityInner>);
+
+/// How long a verification key found in the database is reused in this process.
+const VERIFY_KEY_CACHE: Duration = Duration::from_secs(60);
+
+impl Identity {
+    /// The production service: keys in `pool`, encrypted with `keks`, issuer from `settings`.
+    pub fn new(
+        pool: PgPool,
+        keks: KekSet,
+        settings: Arc<Settings>,
+        production: bool,
+        jwks_origin: Option<String>,
+        oauth_jwks_origin: Option<String>,
+    ) -> Identity {
+        let metrics = Arc::new(Metrics::default());
+        let source = Arc::new(DbSignerSource {
+            pool: pool.clone(),
+            keks: keks.clone(),
+            metrics: metrics.clone(),
+        });
+        let runtime = RuntimeConfigCache::new(
+            Arc::new(SettingsSource(settings)),
+            production,
+            jwks_origin,
+            oauth_jwks_origin,
+        );
+        Identity::from_parts(pool, keks, source, runtime, metrics)
+    }
+
+    /// A service with substituted signer and settings sources (tests).
+    pub fn from_parts(
+        pool: PgPool,
+        keks: KekSet,
+        source: Arc<dyn SignerSource>,
+        runtime: RuntimeConfigCache,
+        metrics: Arc<Metrics>,
+    ) -> Identity {
+        Identity(Arc::new(IdentityInner {
+            pool,
+            keks,
+            source,
+            runtime,
+            signers: Arc::new(Mutex::new(HashMap::new())),
+            flights: flight::SingleFlight::default(),
+            verify_keys: Mutex::new(HashMap::new()),
+            metrics,
+            refresh_timeout: REFRESH_TIMEOUT,
+        }))
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.0.pool
+    }
+    pub fn keks(&self) -> &KekSet {
+        &self.0.keks
+    }
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// The runtime configuration (issuer, admin groups, JWKS URLs).
+    pub async fn runtime_config(&self) -> Result<Arc<RuntimeConfig>, IdentityError> {
+        self.0.runtime.get().await
+    }
+
+    /// Forgets the cached runtime configuration.
+    pub fn invalidate_runtime_config(&self) {
+        self.0.runtime.invalidate();
+    }
+
+    fn cached_signer(&self, purpose: Purpose) -> Option<Arc<Signer>> {
+        let signers = self.0.signers.lock().ok()?;
+        let cached = signers.get(&purpose)?;
+        let now = Utc::now();
+        (cached.fresh_until > now && cached.signer.sign_until > now).then(|| cached.signer.clone())
+    }
+
+    fn cache_signer(signers: &Mutex<HashMap<Purpose, CachedSigner>>, signer: &Arc<Signer>) {
+        let fresh_until = (Utc::now() + chrono::Duration::seconds(SIGNING_CACHE.as_secs() as i64))
+            .min(signer.sign_until);
+        if let Ok(mut signers) = signers.lock() {
+            signers.insert(
+                signer.purpose,
+                CachedSigner {
+                    signer: signer.clone(),
+                    fresh_until,
+                },
+            );
+        }
+    }
+
+    /// The signer of a purpose: cached for up to 60 s, else refreshed by the purpose's shared
+    /// flight, bounded at 30 s. When the refresh fails or stalls, a cached signer that may still
+    /// sign is returned (and kept for another 60 s at most); otherwise the error.
+    pub async fn prepare_signer(&self, purpose: Purpose) -> Result<Arc<Signer>, IdentityError> {
+        if let Some(signer) = self.cached_signer(purpose) {
+            return Ok(signer);
+        }
+        let start = Utc::now();
+        let work = self.0.source.prepare(purpose);
+        let timeout = self.0.refresh_timeout;
+        let bounded = async move {
+            // The work runs in its own task: a stalled refresh releases its callers at the
+            // bound while its SQL ends at the same deadline through statement_timeout.
+            let task = tokio::spawn(work);
+            match tokio::time::timeout(timeout, task).await {
+                Ok(Ok(Ok(signer))) => Ok(signer),
+                Ok(Ok(Err(error))) => Err(Arc::new(error)),
+                Ok(Err(_)) => Err(Arc::new(IdentityError::RefreshInvalidated)),
+                Err(_) => Err(Arc::new(IdentityError::RefreshTimeout)),
+            }
+        };
+        let signers = self.0.signers.clone();
+        let result = self
+            .0
+            .flights
+            .run(purpose, bounded, move |signer| {
+                Identity::cache_signer(&signers, signer)
+            })
+            .await;
+        let outcome = match result {
+            Ok(signer) if signer.sign_until <= start => Err(IdentityError::PastSignUntil(purpose)),
+            Ok(signer) => Ok(signer),
+            Err(flight::FlightError::Invalidated) => Err(IdentityError::RefreshInvalidated),
+            Err(flight::FlightError::Failed(error)) => Err(IdentityError::Shared(error)),
+        };
+        match outcome {
+            Ok(signer) => Ok(signer),
+            Err(error) => {
+                self.0.metrics.inc(Counter::RotationFailure);
+                tracing::warn!(purpose = purpose.as_str(), error = %error, "identity signer refresh failed");
+                let fallback = self
+                    .0
+                    .signers
+                    .lock()
+                    .ok()
+                    .and_then(|signers| signers.get(&purpose).map(|c| c.signer.clone()))
+                    .filter(|signer| signer.sign_until > start);
+                match fallback {
+                    Some(signer) => {
+                        Identity::cache_signer(&self.0.signers, &signer);
+                        Ok(signer)
+                    }
+                    None => Err(error),
+                }
+            }
+        }
+    }
+
+    /// Drops the cached signer of `purpose` (only if it is `kid`, when given) and any flight.
+    pub fn invalidate_signer(&self, purpose: Purpose, kid: Option<&str>) {
+        if let Ok(mut signers) = self.0.signers.lock() {
+            let matches = signers
+                .get(&purpose)
+                .is_some_and(|cached| kid.is_none_or(|kid| cached.signer.kid == kid));
+            if matches {
+                signers.remove(&purpose);
+                self.0.flights.invalidate(&purpose);
+            }
+        }
+        if let Ok(mut keys) = self.0.verify_keys.lock() {
+            keys.retain(|(p, k), _| *p != purpose || kid.is_some_and(|kid| k != kid));
+        }
+    }
+
+    /// Drops every cached signer and flight.
+    pub fn invalidate_all_signers(&self) {
+        if let Ok(mut signers) = self.0.signers.lock() {
+            signers.clear();
+        }
+        self.0.flights.invalidate_all();
+        if let Ok(mut keys) = self.0.verify_keys.lock() {
+            keys.clear();
+        }
+    }
+
+    /// The verification key of `kid` for `purpose` from the database (cached for 60 s), if the
+    /// key is not revoked and inside its verify window.
+    pub async fn verification_key(&self, purpose: Purpose, kid: &str) -> Option<Arc<DecodingKey>> {
+        if let Ok(keys) = self.0.verify_keys.lock()
+            && let Some((fresh_until, key)) = keys.get(&(purpose, kid.to_string()))
+            && tokio::time::Instant::now() < *fresh_until
+        {
+            return Some(key.clone());
+        }
+        self.0.metrics.inc(Counter::UnknownKidRefresh);
+        let jwk = ring::find_public_jwk(&self.0.pool, purpose, kid)
+            .await
+            .ok()??;
+        let public = keys::parse_public(&jwk)?;
+        let key = Arc::new(keys::decoding_key(&public).ok()?);
+        if let Ok(mut keys) = self.0.verify_keys.lock() {
+            keys.insert(
+                (purpose, kid.to_string()),
+                (tokio::time::Instant::now() + VERIFY_KEY_CACHE, key.clone()),
+            );
+        }
+        Some(key)
+    }
+
+    /// Prepares the session, invocation and OAuth signers, then rewraps every key when a
+    /// previous KEK is configured. Returns the number of keys rewrapped.
+    pub async fn initialize(&self) -> Result<u64, IdentityError> {
+        for purpose in Purpose::ALL {
+            self.prepare_signer(purpose).await?;
+        }
+        if self.0.keks.previous.is_some() {
+            let count = ring::rewrap(&self.0.pool, &self.0.keks).await?;
+            self.invalidate_all_signers();
+            return Ok(count);
+        }
+        Ok(0)
+    }
+
+    /// Emergency revocation: the key stops signing and verifying at once (waiting for issuance
+    /// in flight), the cache forgets it, and a successor is made active. Returns whether a row
+    /// changed.
+    pub async fn revoke_key(&self, kid: &str, reason: &str) -> Result<bool, IdentityError> {
+        let Some(purpose) = ring::revoke(&self.0.pool, kid, reason).await? else {
+            return Ok(false);
+        };
+        self.invalidate_signer(purpose, None);
+        if let Ok(mut keys) = self.0.verify_keys.lock() {
+            keys.retain(|(_, k), _| k != kid);
+        }
+        tracing::warn!(
+            purpose = purpose.as_str(),
+            kid,
+            "identity signing key revoked"
+        );
+        self.prepare_signer(purpose).await?;
+        Ok(true)
+    }
+
+    /// The scheduled key maintenance: each purpose with its own 30 s deadline, then verify
+    /// windows and pruning (unbounded). Logs one line saying what changed.
+    pub async fn run_key_maintenance(&self) -> Result<KeyMaintenanceReport, IdentityError> {
+        let mut report = KeyMaintenanceReport::default();
+        for purpose in Purpose::ALL {
+            let deadline = tokio::time::Instant::now() + REFRESH_TIMEOUT;
+            match ring::maintain_purpose(&self.0.pool, &self.0.keks, purpose, deadline).await {
+                Ok((_, changes)) => {
+                    if changes.promoted || changes.created_active {
+                        self.0.metrics.inc(Counter::RotationSuccess);
+                        self.invalidate_signer(purpose, None);
+                    }
+                    report.purposes.insert(purpose.as_str(), changes);
+                }
+                Err(error) => {
+                    self.0.metrics.inc(Counter::RotationFailure);
+                    tracing::error!(purpose = purpose.as_str(), error = %error, "identity key maintenance failed");
+                    report.failed.push(purpose.as_str());
+                }
+            }
+        }
+        report.windows_raised = ring::maintain_verification_windows(&self.0.pool).await?;
+        report.families_pruned = ring::prune_families(&self.0.pool).await?;
+        report.keys_pruned = ring::prune_keys(&self.0.pool).await?;
+        let changed: Vec<String> = report
+            .purposes
+            .iter()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(p, c)| format!("{p}:{}", serde_json::to_string(c).unwrap_or_default()))
+            .collect();
+        tracing::info!(
+            changed = %changed.join(" "),
+            failed = ?report.failed,
+            windows_raised = report.windows_raised,
+            families_pruned = report.families_pruned,
+            keys_pruned = report.keys_pruned,
+            "identity key maintenance"
+        );
+        Ok(report)
+    }
+}
+
+/// What one maintenance run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct KeyMaintenanceReport {
+    pub purposes: std::collections::BTreeMap<&'static str, PurposeChanges>,
+    pub failed: Vec<&'static str>,
+    pub windows_raised: u64,
+    pub families_pruned: u64,
+    pub keys_pruned: u64,
+}

@@ -1,0 +1,287 @@
+//! Issuance under one deadline: [`Identity::with_active_signer`].
+//!
+//! A token is released only while its key is active in Postgres. The key row is read
+//! `FOR SHARE` in the transaction that also holds the caller's writes, so an emergency
+//! revocation waits for issuance already in progress, and a replica never releases a token under
+//! a key revoked behind its cache.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::{Postgres, Transaction};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::Counter;
+use super::{Identity, IdentityError, Metrics, Purpose, Signer, jwt};
+use crate::db;
+
+/// Where an issuance was when its deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    SignerRefresh,
+    IdentitySettings,
+    DatabaseConnection,
+    SigningKeyCheck,
+    Signing,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::SignerRefresh => "signer refresh",
+            Step::IdentitySettings => "identity settings",
+            Step::DatabaseConnection => "database connection",
+            Step::SigningKeyCheck => "signing key check",
+            Step::Signing => "signing",
+        })
+    }
+}
+
+/// Options of one issuance.
+#[derive(Debug, Clone, Default)]
+pub struct IssueOptions {
+    /// The whole issuance's bound in milliseconds (default 30 000); must be finite and positive.
+    pub timeout_ms: Option<f64>,
+    /// Cancelled by the caller (for example when the client went away).
+    pub cancel: Option<CancellationToken>,
+    /// The issuer to sign for; when given, the runtime configuration is not read.
+    pub issuer: Option<String>,
+}
+
+impl IssueOptions {
+    pub fn timeout(ms: f64) -> IssueOptions {
+        IssueOptions {
+            timeout_ms: Some(ms),
+            ..IssueOptions::default()
+        }
+    }
+
+    fn duration(&self) -> Result<Duration, IdentityError> {
+        let ms = self
+            .timeout_ms
+            .unwrap_or(super::REFRESH_TIMEOUT.as_millis() as f64);
+        if !ms.is_finite() || ms <= 0.0 {
+            return Err(IdentityError::InvalidTimeout);
+        }
+        Ok(Duration::from_secs_f64(ms / 1000.0))
+    }
+}
+
+/// `N s` for whole seconds, else `N ms`.
+pub fn describe_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// What an issuance callback works with: the active signer, the issuer, and the transaction
+/// that holds the key's share lock (the callback's writes commit only if the issuance succeeds).
+pub struct SigningScope {
+    pub signer: Arc<Signer>,
+    pub issuer: String,
+    pub tx: Transaction<'static, Postgres>,
+    deadline: Instant,
+    metrics: Arc<Metrics>,
+}
+
+impl SigningScope {
+    /// Signs `claims` with the scope's key (RS256, header `{alg, kid, typ}`).
+    pub fn sign<C: Serialize>(&self, typ: &str, claims: &C) -> Result<String, IdentityError> {
+        match jwt::encode(&self.signer.kid, typ, claims, &self.signer.key) {
+            Ok(token) => {
+                self.metrics.inc(Counter::SignSuccess);
+                Ok(token)
+            }
+            Err(error) => {
+                self.metrics.inc(Counter::SignFailure);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Time left before the issuance deadline.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+struct Deadline {
+    at: Instant,
+    within: String,
+    cancel: Option<CancellationToken>,
+}
+
+impl Deadline {
+    fn check(&self, step: Step) -> Result<(), IdentityError> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            return Err(IdentityError::Cancelled);
+        }
+        if Instant::now() >= self.at {
+            return Err(self.timeout(step));
+        }
+        Ok(())
+    }
+
+    fn timeout(&self, step: Step) -> IdentityError {
+        IdentityError::Timeout {
+            within: self.within.clone(),
+            step,
+        }
+    }
+
+    /// Runs one step: checks first, then races it against the deadline and the cancellation.
+    /// An error after the deadline or a cancellation reports those instead (a Postgres
+    /// statement timeout surfaces as the named deadline).
+    async fn wait<V>(&self, step: Step, work: impl Future<Output = V>) -> Result<V, IdentityError> {
+        self.check(step)?;
+        let cancelled = async {
+            match &self.cancel {
+                Some(token) => token.cancelled().await,
+                None => futures::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = cancelled => Err(IdentityError::Cancelled),
+            result = tokio::time::timeout_at(self.at, work) => result.map_err(|_| self.timeout(step)),
+        }
+    }
+
+    async fn run<V, X: Into<IdentityError>>(
+        &self,
+        step: Step,
+        work: impl Future<Output = Result<V, X>>,
+    ) -> Result<V, IdentityError> {
+        match self.wait(step, work).await? {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                self.check(step)?;
+                Err(error.into())
+            }
+        }
+    }
+}
+
+impl Identity {
+    /// Runs `callback` with the purpose's active signer inside a transaction that holds the
+    /// key `FOR SHARE`, all under one deadline (default 30 s). Up to two attempts: when the cached
+    /// key turns out inactive, the cache is dropped and the next attempt prepares a fresh signer.
+    /// The callback returns the scope with its result; an error or a passed deadline rolls its
+    /// writes back. A timeout names the step that was running.
+    pub async fn with_active_signer<T, E, F, Fut>(
+        &self,
+        purpose: Purpose,
+        options: IssueOptions,
+        callback: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce(SigningScope) -> Fut,
+        Fut: Future<Output = (SigningScope, Result<T, E>)>,
+        E: From<IdentityError>,
+    {
+        let timeout = options.duration()?;
+        let issuer_override = options.issuer.clone();
+        let deadline = Deadline {
+            at: Instant::now() + timeout,
+            within: describe_duration(timeout),
+            cancel: options.cancel,
+        };
+        let mut callback = Some(callback);
+        for _attempt in 0..2 {
+            let signer = deadline
+                .run(Step::SignerRefresh, self.prepare_signer(purpose))
+                .await?;
+            let issuer = match &issuer_override {
+                Some(issuer) => issuer.clone(),
+                None => {
+                    deadline
+                        .run(Step::IdentitySettings, self.runtime_config())
+                        .await?
+                        .issuer
+                        .clone()
+                }
+            };
+            let mut tx = deadline
+                .run(Step::DatabaseConnection, self.pool().begin())
+                .await?;
+            deadline.check(Step::SigningKeyCheck)?;
+            let active: Option<String> = deadline
+                .run(Step::SigningKeyCheck, async {
+                    let remaining = deadline.at.saturating_duration_since(Instant::now());
+                    db::set_local_statement_timeout(&mut tx, remaining).await?;
+                    sqlx::query_scalar(
+                        "SELECT kid FROM auth.signing_keys
+                         WHERE purpose = $1 AND kid = $2 AND state = 'active' AND sign_until > now()
+                         FOR SHARE",
+                    )
+                    .bind(purpose.as_str())
+                    .bind(&signer.kid)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(IdentityError::from)
+                })
+                .await?;
+            deadline.check(Step::SigningKeyCheck)?;
+            if active.is_none() {
+                drop(tx);
+                self.invalidate_signer(purpose, Some(&signer.kid));
+                continue;
+            }
+            let Some(callback) = callback.take() else {
+                break;
+            };
+            let scope = SigningScope {
+                signer,
+                issuer,
+                tx,
+                deadline: deadline.at,
+                metrics: self.0.metrics.clone(),
+            };
+            let (scope, result) = deadline.wait(Step::Signing, callback(scope)).await?;
+            deadline.check(Step::Signing)?;
+            let value = result?;
+            deadline.run(Step::Signing, scope.tx.commit()).await?;
+            return Ok(value);
+        }
+        Err(IdentityError::NoActiveSigner(purpose).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_described_in_seconds_or_milliseconds() {
+        assert_eq!(describe_duration(Duration::from_millis(30_000)), "30 s");
+        assert_eq!(describe_duration(Duration::from_millis(5_000)), "5 s");
+        assert_eq!(describe_duration(Duration::from_millis(50)), "50 ms");
+        assert_eq!(describe_duration(Duration::from_millis(1_500)), "1500 ms");
+    }
+
+    /// Scenario 54: a timeout that is not finite and positive is refused before anything runs.
+    #[test]
+    fn scenario_54_invalid_timeouts() {
+        for ms in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let error = IssueOptions::timeout(ms).duration().expect_err("invalid");
+            assert_eq!(
+                error.to_string(),
+                "Identity issuance timeout must be positive"
+            );
+        }
+        assert_eq!(
+            IssueOptions::default().duration().expect("default"),
+            Duration::from_secs(30)
+        );
+    }
+}
