@@ -190,6 +190,16 @@ pub struct DbSignerSource {
     metrics: Arc<Metrics>,
 }
 
+impl DbSignerSource {
+    pub fn new(pool: PgPool, keks: KekSet, metrics: Arc<Metrics>) -> DbSignerSource {
+        DbSignerSource {
+            pool,
+            keks,
+            metrics,
+        }
+    }
+}
+
 impl SignerSource for DbSignerSource {
     fn prepare(&self, purpose: Purpose) -> BoxFuture<'static, Result<Arc<Signer>, IdentityError>> {
         let pool = self.pool.clone();
@@ -227,7 +237,7 @@ impl IdentitySettingsSource for SettingsSource {
 
 struct CachedSigner {
     signer: Arc<Signer>,
-    fresh_until: DateTime<Utc>,
+    fresh_until: tokio::time::Instant,
 }
 
 type VerifyKeyCache = HashMap<(Purpose, String), (tokio::time::Instant, Arc<DecodingKey>)>;
@@ -320,13 +330,16 @@ impl Identity {
     fn cached_signer(&self, purpose: Purpose) -> Option<Arc<Signer>> {
         let signers = self.0.signers.lock().ok()?;
         let cached = signers.get(&purpose)?;
-        let now = Utc::now();
-        (cached.fresh_until > now && cached.signer.sign_until > now).then(|| cached.signer.clone())
+        (cached.fresh_until > tokio::time::Instant::now() && cached.signer.sign_until > Utc::now())
+            .then(|| cached.signer.clone())
     }
 
     fn cache_signer(signers: &Mutex<HashMap<Purpose, CachedSigner>>, signer: &Arc<Signer>) {
-        let fresh_until = (Utc::now() + chrono::Duration::seconds(SIGNING_CACHE.as_secs() as i64))
-            .min(signer.sign_until);
+        // Cached for a minute at most, and never past the key's signing period.
+        let signing_left = (signer.sign_until - Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        let fresh_until = tokio::time::Instant::now() + SIGNING_CACHE.min(signing_left);
         if let Ok(mut signers) = signers.lock() {
             signers.insert(
                 signer.purpose,

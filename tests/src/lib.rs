@@ -9,6 +9,72 @@ use std::time::{Duration, Instant};
 
 pub use k2b_core::db::testing::{TEST_APP_SECRET, TestDb};
 
+use k2b_core::Core;
+use k2b_core::auth::{self, NewUser, Profile, Provider, UserRecord};
+
+/// The shared state of the functions, on a test database.
+pub fn core_for(db: &TestDb) -> Core {
+    Core::with_pool(db.config(), db.pool.clone())
+}
+
+/// A pool of at most `max` connections to the test database.
+pub async fn pool_with_max(db: &TestDb, max: u32) -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(std::time::Duration::from_secs(30))
+        .connect(&db.url())
+        .await
+        .unwrap_or_else(|e| panic!("pool: {e}"))
+}
+
+/// Creates a local account (`admin` sets the stored admin flag).
+pub async fn create_user(core: &Core, uid: &str, admin: bool) -> UserRecord {
+    create_account(core, uid, Provider::Local, Profile::User, admin).await
+}
+
+/// Creates an account of any provider and profile.
+pub async fn create_account(
+    core: &Core,
+    uid: &str,
+    provider: Provider,
+    profile: Profile,
+    admin: bool,
+) -> UserRecord {
+    let mut conn = core
+        .pool
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("connection: {e}"));
+    auth::create_user(
+        &mut conn,
+        &NewUser {
+            uid: uid.into(),
+            provider,
+            profile,
+            display_name: Some(format!("{uid} Example")),
+            mail: Some(format!("{uid}@example.test")),
+            admin,
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create user {uid}: {e}"))
+}
+
+/// Serves `router` on a free loopback port; returns its base URL. The server stops with the
+/// test's runtime.
+pub async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind: {e}"));
+    let address = listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("address: {e}"));
+    tokio::spawn(async move {
+        axum::serve(listener, router).await.ok();
+    });
+    format!("http://{address}")
+}
+
 /// Variables the parent's environment must not leak into a runner under test.
 const SCRUBBED: &[&str] = &[
     "K2B_ENV",

@@ -9,12 +9,18 @@ use k2b_core::identity::{IdentityError, KeyMaintenanceReport};
 use tokio::sync::OnceCell;
 
 /// One maintenance run (initialising first, once per process).
-pub async fn run(core: &Core, initialized: &OnceCell<()>) -> Result<KeyMaintenanceReport, IdentityError> {
+pub async fn run(
+    core: &Core,
+    initialized: &OnceCell<()>,
+) -> Result<KeyMaintenanceReport, IdentityError> {
     initialized
         .get_or_try_init(|| async {
             let rewrapped = core.identity.initialize().await?;
             if rewrapped > 0 {
-                tracing::info!(rewrapped, "identity keys rewrapped under the current key-encryption key");
+                tracing::info!(
+                    rewrapped,
+                    "identity keys rewrapped under the current key-encryption key"
+                );
             }
             Ok::<_, IdentityError>(())
         })

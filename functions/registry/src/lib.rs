@@ -18,7 +18,9 @@ use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::{request_id, set_no_store};
 use k2b_core::identity::workload::{self, WorkloadIdentity};
-use k2b_core::identity::{INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring};
+use k2b_core::identity::{
+    INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring,
+};
 use k2b_core::registry::store::{self, MAX_ENTRY_BYTES};
 use k2b_core::registry::{APP_REGISTRY_TTL, RegistryError};
 use serde_json::{Value, json};
@@ -93,7 +95,11 @@ fn unauthorized() -> ApiError {
 /// Authenticates the request's workload credential for `app_id`: 401 when the credential is
 /// missing, unknown, revoked or not a workload credential; 403 when it belongs to another app or
 /// lacks the publish scope.
-async fn authorize(core: &Core, headers: &HeaderMap, app_id: &str) -> Result<WorkloadIdentity, ApiError> {
+async fn authorize(
+    core: &Core,
+    headers: &HeaderMap,
+    app_id: &str,
+) -> Result<WorkloadIdentity, ApiError> {
     let token = k2b_core::auth::resolve::bearer_token(headers).filter(|t| t.starts_with("cld_"));
     let Some(token) = token else {
         return Err(unauthorized());
@@ -133,14 +139,24 @@ async fn publish(
     response
 }
 
-async fn publish_entry(core: &Core, app_id: &str, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn publish_entry(
+    core: &Core,
+    app_id: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let workload = authorize(core, headers, app_id).await?;
-    let entry: Value = read_json(headers, body, MAX_ENTRY_BYTES).await.map_err(|error| match error {
-        BodyError::TooLarge { limit } => ApiError::payload_too_large(limit),
-        _ => ApiError::bad_request("The registry entry must be a JSON object."),
-    })?;
+    let entry: Value =
+        read_json(headers, body, MAX_ENTRY_BYTES)
+            .await
+            .map_err(|error| match error {
+                BodyError::TooLarge { limit } => ApiError::payload_too_large(limit),
+                _ => ApiError::bad_request("The registry entry must be a JSON object."),
+            })?;
     if entry.get("id").and_then(Value::as_str) != Some(app_id) {
-        return Err(ApiError::bad_request("The entry's id must equal the app id of the path."));
+        return Err(ApiError::bad_request(
+            "The entry's id must equal the app id of the path.",
+        ));
     }
     let mut conn = core
         .pool
@@ -150,14 +166,19 @@ async fn publish_entry(core: &Core, app_id: &str, headers: &HeaderMap, body: Bod
     match store::upsert(&mut conn, &entry, APP_REGISTRY_TTL).await {
         Ok(_) => {}
         Err(RegistryError::Invalid(reason)) => return Err(ApiError::bad_request(reason)),
-        Err(RegistryError::TooLarge { .. }) => return Err(ApiError::payload_too_large(MAX_ENTRY_BYTES)),
+        Err(RegistryError::TooLarge { .. }) => {
+            return Err(ApiError::payload_too_large(MAX_ENTRY_BYTES));
+        }
         Err(error) => {
             tracing::warn!(app_id, error = %error, "registry write failed");
-            return Err(ApiError::unavailable("The registry is unavailable right now."));
+            return Err(ApiError::unavailable(
+                "The registry is unavailable right now.",
+            ));
         }
     }
     record_use(core, &workload).await;
-    let expires_at = chrono::Utc::now() + chrono::Duration::seconds(APP_REGISTRY_TTL.as_secs() as i64);
+    let expires_at =
+        chrono::Utc::now() + chrono::Duration::seconds(APP_REGISTRY_TTL.as_secs() as i64);
     Ok(Json(json!({
         "id": app_id,
         "expiresAt": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),

@@ -691,12 +691,11 @@ pub async fn resolve_invocation_actor(
             let Ok(account_id) = Uuid::parse_str(&claims.sub) else {
                 return Ok(None);
             };
-            let row: Option<(String, String)> = sqlx::query_as(
-                "SELECT kind, status FROM auth.service_accounts WHERE id = $1",
-            )
-            .bind(account_id)
-            .fetch_optional(&mut *conn)
-            .await?;
+            let row: Option<(String, String)> =
+                sqlx::query_as("SELECT kind, status FROM auth.service_accounts WHERE id = $1")
+                    .bind(account_id)
+                    .fetch_optional(&mut *conn)
+                    .await?;
             let Some((kind, _)) = row.filter(|(_, status)| status == "active") else {
                 return Ok(None);
             };

@@ -151,7 +151,11 @@ pub struct RemoteVerifier {
 
 impl RemoteVerifier {
     /// Verifies tokens of `issuer` with the keys published at `jwks_url`.
-    pub fn new(jwks_url: impl Into<String>, issuer: impl Into<String>, metrics: Arc<Metrics>) -> RemoteVerifier {
+    pub fn new(
+        jwks_url: impl Into<String>,
+        issuer: impl Into<String>,
+        metrics: Arc<Metrics>,
+    ) -> RemoteVerifier {
         RemoteVerifier {
             keys: RemoteKeySet::new(jwks_url, metrics),
             issuer: issuer.into(),
@@ -167,12 +171,18 @@ impl RemoteVerifier {
     /// needs Core's database).
     pub async fn verify_session(&self, token: &str) -> Option<super::session::SessionClaims> {
         let parsed = super::jwt::parse(token)?;
-        if parsed.typ != super::constants::SESSION_TOKEN_TYPE || !super::jwt::is_session_kid(&parsed.kid) {
+        if parsed.typ != super::constants::SESSION_TOKEN_TYPE
+            || !super::jwt::is_session_kid(&parsed.kid)
+        {
             return None;
         }
         let candidate = self.keys.candidate(&parsed.kid).await?;
         let claims: super::session::SessionClaims = parsed.verify(&candidate.key)?;
-        if !super::session::check_session_claims(&claims, &self.issuer, chrono::Utc::now().timestamp()) {
+        if !super::session::check_session_claims(
+            &claims,
+            &self.issuer,
+            chrono::Utc::now().timestamp(),
+        ) {
             return None;
         }
         self.keys.confirm(&candidate).await;

@@ -18,6 +18,11 @@ use super::metrics::Counter;
 use super::{Identity, IdentityError, Metrics, Purpose, Signer, jwt};
 use crate::db;
 
+/// An error this close to the deadline is reported as the deadline passing.
+const NEAR_DEADLINE: Duration = Duration::from_millis(25);
+/// How long past the deadline a statement is awaited for Postgres to cancel it.
+const DB_GRACE: Duration = Duration::from_millis(250);
+
 /// Where an issuance was when its deadline passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -157,16 +162,59 @@ impl Deadline {
         }
     }
 
+    /// Runs a step that talks to Postgres inside the transaction. Its statements end at the
+    /// deadline through statement_timeout, so it is awaited a little past the deadline rather
+    /// than dropped mid-statement (which would leave the pooled connection unusable); a result
+    /// that arrives after the deadline still reports the deadline.
+    async fn wait_db<V>(
+        &self,
+        step: Step,
+        work: impl Future<Output = V>,
+    ) -> Result<V, IdentityError> {
+        self.check(step)?;
+        let result = tokio::time::timeout_at(self.at + DB_GRACE, work)
+            .await
+            .map_err(|_| self.timeout(step))?;
+        self.check(step)?;
+        Ok(result)
+    }
+
+    async fn run_db<V, X: Into<IdentityError>>(
+        &self,
+        step: Step,
+        work: impl Future<Output = Result<V, X>>,
+    ) -> Result<V, IdentityError> {
+        let result = self.wait_db(step, work).await;
+        self.settle(step, result)
+    }
+
     async fn run<V, X: Into<IdentityError>>(
         &self,
         step: Step,
         work: impl Future<Output = Result<V, X>>,
     ) -> Result<V, IdentityError> {
-        match self.wait(step, work).await? {
+        let result = self.wait(step, work).await;
+        self.settle(step, result)
+    }
+
+    fn settle<V, X: Into<IdentityError>>(
+        &self,
+        step: Step,
+        result: Result<Result<V, X>, IdentityError>,
+    ) -> Result<V, IdentityError> {
+        match result? {
             Ok(value) => Ok(value),
             Err(error) => {
                 self.check(step)?;
-                Err(error.into())
+                let error = error.into();
+                // The transaction's statement_timeout is the time left, so Postgres cancelling
+                // a statement for it is this deadline passing (its timer may fire a hair early).
+                if let IdentityError::Database(sql) = error.root()
+                    && db::is_timeout(sql)
+                {
+                    return Err(self.timeout(step));
+                }
+                Err(error)
             }
         }
     }
@@ -203,20 +251,18 @@ impl Identity {
                 .await?;
             let issuer = match &issuer_override {
                 Some(issuer) => issuer.clone(),
-                None => {
-                    deadline
-                        .run(Step::IdentitySettings, self.runtime_config())
-                        .await?
-                        .issuer
-                        .clone()
-                }
+                None => deadline
+                    .run(Step::IdentitySettings, self.runtime_config())
+                    .await?
+                    .issuer
+                    .clone(),
             };
             let mut tx = deadline
                 .run(Step::DatabaseConnection, self.pool().begin())
                 .await?;
             deadline.check(Step::SigningKeyCheck)?;
             let active: Option<String> = deadline
-                .run(Step::SigningKeyCheck, async {
+                .run_db(Step::SigningKeyCheck, async {
                     let remaining = deadline.at.saturating_duration_since(Instant::now());
                     db::set_local_statement_timeout(&mut tx, remaining).await?;
                     sqlx::query_scalar(
@@ -247,10 +293,18 @@ impl Identity {
                 deadline: deadline.at,
                 metrics: self.0.metrics.clone(),
             };
-            let (scope, result) = deadline.wait(Step::Signing, callback(scope)).await?;
+            let (scope, result) = deadline.wait_db(Step::Signing, callback(scope)).await?;
             deadline.check(Step::Signing)?;
-            let value = result?;
-            deadline.run(Step::Signing, scope.tx.commit()).await?;
+            let value = match result {
+                Ok(value) => value,
+                // The callback's statements end at the deadline through statement_timeout,
+                // whose timer may fire a hair before ours: an error that close is the deadline.
+                Err(_) if deadline.at.saturating_duration_since(Instant::now()) < NEAR_DEADLINE => {
+                    return Err(deadline.timeout(Step::Signing).into());
+                }
+                Err(error) => return Err(error),
+            };
+            deadline.run_db(Step::Signing, scope.tx.commit()).await?;
             return Ok(value);
         }
         Err(IdentityError::NoActiveSigner(purpose).into())
