@@ -27,7 +27,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use jsonwebtoken::{DecodingKey, EncodingKey};
+use jsonwebtoken::DecodingKey;
 use serde::Serialize;
 use sqlx::PgPool;
 
@@ -85,7 +85,7 @@ impl std::fmt::Display for Purpose {
 pub struct Signer {
     pub purpose: Purpose,
     pub kid: String,
-    pub key: EncodingKey,
+    pub key: keys::SigningKey,
     pub sign_until: DateTime<Utc>,
 }
 

@@ -32,10 +32,10 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
     let base_url = format!("http://{address}");
-    // Locally the installation lives where the runner listens, unless APP_URL says otherwise.
-    if config.app_url.is_none() {
-        config.app_url = Some(base_url.clone());
-    }
+    // Locally the installation lives where the runner listens, unless APP_URL says otherwise;
+    // the admin commands read it from the database, so their tokens name the same issuer.
+    let app_url = config.app_url.clone().unwrap_or_else(|| base_url.clone());
+    config.app_url = Some(app_url.clone());
     if let Some(notice) = config.local_mode_notice() {
         tracing::warn!("{notice}");
     }
@@ -48,6 +48,10 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
         ),
         _ => {}
     }
+    core.settings
+        .set("app.url", serde_json::Value::String(app_url))
+        .await
+        .context("cannot store app.url")?;
     demo::seed(&core).await?;
     core.identity
         .initialize()

@@ -6,12 +6,13 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
+use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::constants::{ALGORITHM, MAX_COMPACT_TOKEN_BYTES};
+use super::keys::SigningKey;
 
 /// Why a token could not be produced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +37,7 @@ pub fn encode<C: Serialize>(
     kid: &str,
     typ: &str,
     claims: &C,
-    key: &EncodingKey,
+    key: &SigningKey,
 ) -> Result<String, EncodeError> {
     let header = serde_json::to_vec(&Header {
         alg: ALGORITHM,
@@ -50,9 +51,10 @@ pub fn encode<C: Serialize>(
         URL_SAFE_NO_PAD.encode(header),
         URL_SAFE_NO_PAD.encode(payload)
     );
-    let signature = jsonwebtoken::crypto::sign(signing_input.as_bytes(), key, Algorithm::RS256)
+    let signature = key
+        .sign(signing_input.as_bytes())
         .map_err(|_| EncodeError::Sign)?;
-    let token = format!("{signing_input}.{signature}");
+    let token = format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(signature));
     if token.len() > MAX_COMPACT_TOKEN_BYTES {
         return Err(EncodeError::TooLarge);
     }
@@ -209,7 +211,8 @@ mod tests {
         // HS256 "signed" with the public key as the HMAC secret.
         let hs_header = b64json(&serde_json::json!({"alg": "HS256", "kid": key.kid, "typ": "t"}));
         let input = format!("{hs_header}.{}", parts[1]);
-        let secret = EncodingKey::from_secret(key.public.n.as_bytes()).expect("secret");
+        let secret =
+            jsonwebtoken::EncodingKey::from_secret(key.public.n.as_bytes()).expect("secret");
         let mac =
             jsonwebtoken::crypto::sign(input.as_bytes(), &secret, Algorithm::HS256).expect("hmac");
         assert!(parse(&format!("{input}.{mac}")).is_none());

@@ -1,9 +1,11 @@
 //! RSA key material: generation, JWK form, and the import check that a stored private key really
 //! belongs to its published public key.
 
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
+use jsonwebtoken::{Algorithm, DecodingKey};
 use pkcs1::der::Encode;
 use pkcs1::der::asn1::UintRef;
 use rsa::pkcs1::EncodeRsaPrivateKey;
@@ -125,6 +127,30 @@ pub fn decoding_key(public: &PublicJwk) -> Result<DecodingKey, KeyError> {
         .map_err(|_| KeyError::Invalid(public.kid.clone()))
 }
 
+/// A private key ready to sign RS256: parsed once (by aws-lc, the same backend jsonwebtoken's
+/// `aws_lc_rs` feature uses) instead of on every signature.
+pub struct SigningKey {
+    pair: RsaKeyPair,
+    rng: SystemRandom,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningKey([REDACTED])")
+    }
+}
+
+impl SigningKey {
+    /// The RS256 (RSASSA-PKCS1-v1_5 with SHA-256) signature of `message`.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError> {
+        let mut signature = vec![0u8; self.pair.public_modulus_len()];
+        self.pair
+            .sign(&RSA_PKCS1_SHA256, &self.rng, message, &mut signature)
+            .map_err(|_| KeyError::Generation)?;
+        Ok(signature)
+    }
+}
+
 /// Reads a stored public JWK.
 pub fn parse_public(value: &Value) -> Option<PublicJwk> {
     serde_json::from_value(value.clone()).ok()
@@ -140,11 +166,7 @@ fn decode_component(kid: &str, value: &str) -> Result<Vec<u8>, KeyError> {
 
 /// Checks that `private` belongs to `public` and returns the signing key: both RSA with `n` and
 /// `e`, any `alg` RS256, equal `n` and `e`, and a probe signature that verifies.
-pub fn import(
-    kid: &str,
-    public: &PublicJwk,
-    private: &PrivateJwk,
-) -> Result<EncodingKey, KeyError> {
+pub fn import(kid: &str, public: &PublicJwk, private: &PrivateJwk) -> Result<SigningKey, KeyError> {
     let invalid = || KeyError::Invalid(kid.to_string());
     if public.kty != "RSA" || private.kty != "RSA" || public.alg != ALGORITHM {
         return Err(invalid());
@@ -184,9 +206,11 @@ pub fn import(
     }
     .to_der()
     .map_err(|_| invalid())?;
-    let encoding = EncodingKey::from_rsa_der(&der);
-    let signature = jsonwebtoken::crypto::sign(PROBE_MESSAGE, &encoding, Algorithm::RS256)
-        .map_err(|_| invalid())?;
+    let key = SigningKey {
+        pair: RsaKeyPair::from_der(&der).map_err(|_| invalid())?,
+        rng: SystemRandom::new(),
+    };
+    let signature = URL_SAFE_NO_PAD.encode(key.sign(PROBE_MESSAGE).map_err(|_| invalid())?);
     let verified = jsonwebtoken::crypto::verify(
         &signature,
         PROBE_MESSAGE,
@@ -197,7 +221,7 @@ pub fn import(
     if !verified {
         return Err(KeyError::Mismatch(kid.to_string()));
     }
-    Ok(encoding)
+    Ok(key)
 }
 
 #[cfg(test)]

@@ -222,3 +222,61 @@ async fn users_and_apps_are_created_by_admin_commands() {
     assert!(!invalid.status.success());
     assert!(String::from_utf8_lossy(&invalid.stderr).contains("must be a non-empty string"));
 }
+
+#[tokio::test]
+async fn sessions_and_app_credentials_from_the_cli_work_against_the_runner() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let runner = LocalRunner::start(&env);
+
+    let issued = run_local(&env, &["session", "issue", "--user", "admin"], None);
+    assert!(issued.status.success(), "{issued:?}");
+    let cookie = String::from_utf8_lossy(&issued.stdout).trim().to_string();
+    assert!(cookie.starts_with("session_token=ey"), "{cookie}");
+    let unknown = run_local(&env, &["session", "issue", "--user", "nobody"], None);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no account with uid `nobody`"));
+
+    // The cookie verifies against the runner's published session keys.
+    let token = cookie.trim_start_matches("session_token=");
+    let jwks = format!("{}/.well-known/cloud-session-jwks.json", runner.base_url);
+    let verifier = k2b_core::identity::remote::RemoteVerifier::new(
+        jwks,
+        runner.base_url.clone(),
+        std::sync::Arc::new(k2b_core::identity::Metrics::default()),
+    );
+    assert!(verifier.verify_session(token).await.is_some());
+
+    let credential = run_local(&env, &["app", "credential", "issue", "reports"], None);
+    assert!(credential.status.success(), "{credential:?}");
+    let token = String::from_utf8_lossy(&credential.stdout)
+        .trim()
+        .to_string();
+    assert!(token.starts_with("cld_"));
+    let entry = serde_json::json!({
+        "id": "reports", "name": "Reports", "icon": "i", "description": "d",
+        "baseUrl": "http://127.0.0.1:4000", "routes": ["/app/reports"]
+    });
+    let client = reqwest::Client::new();
+    let published = client
+        .put(format!("{}/api/registry/v1/apps/reports", runner.base_url))
+        .bearer_auth(&token)
+        .json(&entry)
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(published.status(), 200);
+    let forbidden = client
+        .put(format!("{}/api/registry/v1/apps/demo", runner.base_url))
+        .bearer_auth(&token)
+        .json(&entry)
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(forbidden.status(), 403);
+    runner.stop();
+}

@@ -1,5 +1,7 @@
 //! Black-box and cross-function tests against a real Postgres, real HTTP and real processes.
 
 mod identity;
+mod keys_function;
 mod local_runner;
 mod maintenance;
+mod registry_function;
