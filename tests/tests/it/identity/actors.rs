@@ -278,3 +278,76 @@ async fn scenario_40_invocation_actor_resolution() {
         "an expired account resolves to nobody"
     );
 }
+
+/// The extractor behind every route: a handler sees the same actor `authenticate` resolves.
+#[tokio::test]
+async fn the_current_actor_extractor_resolves_through_a_router() {
+    use axum::Json;
+    use axum::routing::get;
+    use k2b_core::auth::CurrentActor;
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    let ada = create_user(&core, "ada", false).await;
+    let router = axum::Router::new()
+        .route(
+            "/whoami",
+            get(|CurrentActor(actor): CurrentActor| async move {
+                Json(serde_json::json!({
+                    "authenticated": actor.is_authenticated(),
+                    "uid": actor.person().map(|p| p.uid.clone()),
+                }))
+            }),
+        )
+        .with_state(core.clone());
+    let base = k2b_tests::serve(router).await;
+    let token = session(&core, SessionRequest::web(ada.id)).await;
+    let client = reqwest::Client::new();
+    let me: serde_json::Value = client
+        .get(format!("{base}/whoami"))
+        .header("cookie", format!("session_token={token}"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(me, serde_json::json!({"authenticated": true, "uid": "ada"}));
+    let anonymous: serde_json::Value = client
+        .get(format!("{base}/whoami"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        anonymous,
+        serde_json::json!({"authenticated": false, "uid": null})
+    );
+}
+
+/// Key status lists every key by purpose, newest first, without secrets.
+#[tokio::test]
+async fn key_status_lists_every_key() {
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    core.identity.initialize().await.expect("initialize");
+    let status = k2b_core::identity::ring::status(&core.pool)
+        .await
+        .expect("status");
+    assert_eq!(
+        status
+            .iter()
+            .map(|s| s.purpose.as_str())
+            .collect::<Vec<_>>(),
+        vec!["invocation", "oauth", "session"]
+    );
+    assert!(
+        status
+            .iter()
+            .all(|s| s.state == "active" && s.alg == "RS256" && s.revoked_at.is_none())
+    );
+    let json = serde_json::to_string(&status).expect("json");
+    assert!(json.contains("encryptionKeyId") && json.contains("verifyUntil"));
+    assert!(!json.contains("encrypted") && !json.contains("\"d\""));
+}
