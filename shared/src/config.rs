@@ -90,6 +90,11 @@ pub struct Config {
     pub settings_cache: Duration,
     /// Signing-key encryption and JWKS locations.
     pub identity: IdentityConfig,
+    /// `K2B_WAKEUP_QUEUE_URL`: SQS queue of outbox wake-ups (unset: delivered in process).
+    pub wakeup_queue_url: Option<String>,
+    /// `K2B_LIVE_QUEUE_URL`: SQS FIFO queue live updates are published to (unset: kept in
+    /// memory, for the local runner).
+    pub live_queue_url: Option<String>,
     /// Names of the variables that took a local-mode default, for the start-up notice.
     pub local_defaults: Vec<&'static str>,
 }
@@ -356,6 +361,21 @@ impl Config {
             }
         };
 
+        let queue_url = |variable: &'static str| -> Result<Option<String>, ConfigError> {
+            match get(variable) {
+                None => Ok(None),
+                Some(url) => match url::Url::parse(&url) {
+                    Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(Some(url)),
+                    _ => Err(ConfigError::new(
+                        variable,
+                        "must be an http(s) SQS queue URL",
+                    )),
+                },
+            }
+        };
+        let wakeup_queue_url = queue_url("K2B_WAKEUP_QUEUE_URL")?;
+        let live_queue_url = queue_url("K2B_LIVE_QUEUE_URL")?;
+
         Ok(Config {
             mode,
             database_url: Secret::new(database_url),
@@ -375,6 +395,8 @@ impl Config {
                 oauth_jwks_origin,
                 invocation_issuance_mode,
             },
+            wakeup_queue_url,
+            live_queue_url,
             local_defaults,
         })
     }
@@ -535,6 +557,8 @@ mod tests {
             ("CLOUD_IDENTITY_JWKS_ORIGIN", "file:///tmp/core"),
             ("CLOUD_OAUTH_JWKS_ORIGIN", "ftp://oauth"),
             ("CLOUD_INVOCATION_ISSUANCE_MODE", "maybe"),
+            ("K2B_WAKEUP_QUEUE_URL", "not a url"),
+            ("K2B_LIVE_QUEUE_URL", "ftp://queue"),
         ] {
             let err = parse(Mode::Local, &[(name, value)]).expect_err("must fail");
             assert_eq!(err.variable, name, "{name}={value}");

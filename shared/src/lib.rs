@@ -10,6 +10,7 @@ pub mod config;
 pub mod db;
 pub mod http;
 pub mod identity;
+pub mod outbox;
 pub mod registry;
 pub mod settings;
 pub mod telemetry;
@@ -22,6 +23,8 @@ use sqlx::PgPool;
 use crate::config::Config;
 use crate::db::DbError;
 use crate::identity::Identity;
+use crate::outbox::live::{LiveOutboxes, MemoryLivePublisher, SqsLivePublisher};
+use crate::outbox::{LocalWakeups, Publisher, SqsWakeups, Wakeups};
 use crate::settings::Settings;
 
 /// The shared state of one execution environment, cheap to clone into every handler.
@@ -33,6 +36,14 @@ pub struct CoreInner {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
     pub identity: Identity,
+    /// Where outbox wake-ups go (SQS, or in process).
+    pub wakeups: Arc<dyn Wakeups>,
+    /// In-process wake-ups, when no wake-up queue is configured (the local runner drains them).
+    pub local_wakeups: Option<Arc<LocalWakeups>>,
+    /// The live-update outboxes, one per app.
+    pub live: Arc<LiveOutboxes>,
+    /// Published live updates kept in memory, when no live queue is configured.
+    pub memory_live: Option<Arc<MemoryLivePublisher>>,
 }
 
 impl Core {
@@ -58,12 +69,38 @@ impl Core {
             config.identity.jwks_origin.clone(),
             config.identity.oauth_jwks_origin.clone(),
         );
+        let (wakeups, local_wakeups): (Arc<dyn Wakeups>, _) = match &config.wakeup_queue_url {
+            Some(url) => (Arc::new(SqsWakeups::new(url.clone())), None),
+            None => {
+                let local = Arc::new(LocalWakeups::default());
+                (local.clone(), Some(local))
+            }
+        };
+        let (publisher, memory_live): (Arc<dyn Publisher>, _) = match &config.live_queue_url {
+            Some(url) => (Arc::new(SqsLivePublisher::new(url.clone())), None),
+            None => {
+                let memory = Arc::new(MemoryLivePublisher::default());
+                (memory.clone(), Some(memory))
+            }
+        };
+        let live = Arc::new(LiveOutboxes::new(pool.clone(), publisher, wakeups.clone()));
         Core(Arc::new(CoreInner {
             config,
             pool,
             settings,
             identity,
+            wakeups,
+            local_wakeups,
+            live,
+            memory_live,
         }))
+    }
+}
+
+impl Core {
+    /// The drainer of every outbox this bundle owns.
+    pub fn drainer(&self) -> outbox::Drainer {
+        outbox::Drainer::new(vec![self.live.clone()])
     }
 }
 

@@ -21,6 +21,8 @@ pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3000);
 /// The maintenance schedule (the deployed function runs every minute too).
 const MAINTENANCE_PERIOD: Duration = Duration::from_secs(60);
+/// The outbox sweep (the deployed `outbox` function's schedule).
+const OUTBOX_SWEEP_PERIOD: Duration = Duration::from_secs(60);
 /// Identity key maintenance (the deployed `keys` function runs every minute).
 const KEYS_PERIOD: Duration = Duration::from_secs(60);
 /// Registry heartbeat of the demo apps: a third of the registry TTL, like a real app's.
@@ -79,8 +81,19 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
 pub fn router(core: Core) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/_local/live-events", get(live_events))
         .with_state(core.clone())
         .merge(registry::router(core))
+}
+
+/// Local only: the live updates the in-memory publisher received, oldest first.
+async fn live_events(State(core): State<Core>) -> Response {
+    let events = core
+        .memory_live
+        .as_ref()
+        .map(|memory| memory.events())
+        .unwrap_or_default();
+    Json(json!({ "events": events })).into_response()
 }
 
 /// `{status, database, migration}`: 200 when the database answers, 503 otherwise.
@@ -134,6 +147,33 @@ fn start_timers(core: &Core, base_url: &str) {
             }
         }
     });
+    // Outbox wake-ups are delivered in process: each runs a pass of its outbox (a delayed one
+    // after its delay); a sweep every minute catches retries that fell due.
+    if let Some(local) = &core.local_wakeups {
+        let mut wakeups = local.subscribe();
+        let drainer = std::sync::Arc::new(core.drainer());
+        let waker_drainer = drainer.clone();
+        tokio::spawn(async move {
+            while let Some(request) = wakeups.recv().await {
+                let drainer = waker_drainer.clone();
+                tokio::spawn(async move {
+                    if !request.delay.is_zero() {
+                        tokio::time::sleep(request.delay).await;
+                    }
+                    drainer.run([request.target], None).await;
+                });
+            }
+        });
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(OUTBOX_SWEEP_PERIOD);
+            loop {
+                ticks.tick().await;
+                if let Err(error) = outbox::sweep(&drainer, None).await {
+                    tracing::warn!(error = %error, "outbox sweep failed");
+                }
+            }
+        });
+    }
     let maintenance_core = core.clone();
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(MAINTENANCE_PERIOD);

@@ -4,4 +4,5 @@ mod identity;
 mod keys_function;
 mod local_runner;
 mod maintenance;
+mod outbox;
 mod registry_function;

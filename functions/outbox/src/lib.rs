@@ -1,0 +1,109 @@
+//! The `outbox` function: drains the Postgres outboxes.
+//!
+//! - SQS trigger (the wake-up queue): one pass per distinct outbox named in the batch; the
+//!   message ids of outboxes whose pass failed are reported as `batchItemFailures`, so only they
+//!   come back (and land in the dead-letter queue after repeated failures).
+//! - Schedule trigger: a pass of every outbox with rows (lost wake-ups, retries that fell due).
+//!
+//! Passes stop claiming when the invocation has less than a claim period (plus a margin) left.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use k2b_core::outbox::{Drainer, OutboxError, OutboxRef, PassOutcome};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// Runs the passes a batch of wake-ups asks for and reports the messages of failed passes.
+pub async fn handle_wakeups(
+    drainer: &Drainer,
+    event: SqsEvent,
+    deadline: Option<Instant>,
+) -> SqsBatchResponse {
+    let mut messages: HashMap<OutboxRef, Vec<String>> = HashMap::new();
+    for record in event.records {
+        let Some(id) = record.message_id else {
+            continue;
+        };
+        match record.body.as_deref().and_then(OutboxRef::from_message) {
+            Some(target) => messages.entry(target).or_default().push(id),
+            // Malformed bodies can never succeed; retrying them would only fill the DLQ.
+            None => tracing::warn!(message_id = %id, "malformed outbox wake-up ignored"),
+        }
+    }
+    let outcomes = drainer.run(messages.keys().cloned(), deadline).await;
+    let mut response = SqsBatchResponse::default();
+    for PassOutcome { target, result } in outcomes {
+        let drained = result.as_ref().map(|n| *n).unwrap_or(0);
+        tracing::info!(table = %target.table, filter = ?target.filter, drained, ok = result.is_ok(), "outbox pass");
+        if result.is_err() {
+            for id in messages.remove(&target).unwrap_or_default() {
+                response.add_failure(id);
+            }
+        }
+    }
+    response
+}
+
+/// What a scheduled sweep did.
+#[derive(Debug, Default, Serialize)]
+pub struct SweepReport {
+    pub outboxes: usize,
+    pub drained: u64,
+    pub failed: usize,
+}
+
+/// A pass of every outbox with rows.
+pub async fn sweep(
+    drainer: &Drainer,
+    deadline: Option<Instant>,
+) -> Result<SweepReport, OutboxError> {
+    let outcomes = drainer.sweep(deadline).await?;
+    let mut report = SweepReport {
+        outboxes: outcomes.len(),
+        ..SweepReport::default()
+    };
+    for outcome in outcomes {
+        match outcome.result {
+            Ok(n) => report.drained += n,
+            Err(_) => report.failed += 1,
+        }
+    }
+    if report.outboxes > 0 {
+        tracing::info!(
+            outboxes = report.outboxes,
+            drained = report.drained,
+            failed = report.failed,
+            "outbox sweep"
+        );
+    }
+    Ok(report)
+}
+
+/// Whether an event is an SQS batch (else it is a schedule).
+pub fn is_sqs_event(payload: &Value) -> bool {
+    payload
+        .get("Records")
+        .and_then(Value::as_array)
+        .and_then(|records| records.first())
+        .and_then(|record| record.get("eventSource"))
+        .and_then(Value::as_str)
+        == Some("aws:sqs")
+}
+
+/// Handles any event of the function: an SQS batch or a schedule.
+pub async fn handle(
+    drainer: &Drainer,
+    payload: Value,
+    deadline: Option<Instant>,
+) -> Result<Value, OutboxError> {
+    if is_sqs_event(&payload) {
+        let event: SqsEvent = serde_json::from_value(payload)
+            .map_err(|e| OutboxError::Queue(format!("unreadable SQS event: {e}")))?;
+        let response = handle_wakeups(drainer, event, deadline).await;
+        return serde_json::to_value(response).map_err(|e| OutboxError::Queue(e.to_string()));
+    }
+    let report = sweep(drainer, deadline).await?;
+    serde_json::to_value(report).map_err(|e| OutboxError::Queue(e.to_string()))
+}
