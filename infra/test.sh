@@ -35,6 +35,20 @@ if [[ -z "${DATABASE_URL:-}" ]] && command -v pg_isready >/dev/null 2>&1 \
   fi
 fi
 
+# The SQS tests talk to a local SQS API (moto); one server serves the whole run.
+if [[ -z "${K2B_TEST_SQS_ENDPOINT:-}" ]]; then
+  moto_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  moto_server -H 127.0.0.1 -p "$moto_port" >/dev/null 2>&1 &
+  moto_pid=$!
+  trap 'kill "$moto_pid" 2>/dev/null || true' EXIT
+  for _ in $(seq 1 60); do
+    (echo > "/dev/tcp/127.0.0.1/$moto_port") 2>/dev/null && break
+    sleep 0.5
+  done
+  export K2B_TEST_SQS_ENDPOINT="http://127.0.0.1:$moto_port"
+  log "moto SQS API on $K2B_TEST_SQS_ENDPOINT"
+fi
+
 # --- checks -----------------------------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all -- --check

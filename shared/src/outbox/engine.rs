@@ -102,9 +102,11 @@ impl Outbox {
         let key = &config.order_by;
         let seq = &config.sequence;
         // $1 = limit, $2 = claim seconds, $3.. = filter values.
+        // The candidates carry their tuple ids: the lease update then reaches each locked row
+        // directly instead of through the id index.
         let claim = format!(
             "WITH candidates AS MATERIALIZED (
-               SELECT o.id FROM {table} o
+               SELECT o.ctid AS row_ctid FROM {table} o
                WHERE (o.attempts = 0 OR o.next_attempt_at <= now())
                  AND (o.claimed_until IS NULL OR o.claimed_until <= now()){filter_o}
                  AND NOT EXISTS (
@@ -117,7 +119,7 @@ impl Outbox {
                FOR UPDATE OF o SKIP LOCKED),
              claimed AS (
                UPDATE {table} t SET claimed_until = now() + make_interval(secs => $2)
-               FROM candidates c WHERE t.id = c.id
+               FROM candidates c WHERE t.ctid = c.row_ctid
                RETURNING t.*)
              SELECT claimed.*, claimed.{key}::text AS outbox_key_text FROM claimed ORDER BY claimed.{seq}",
             filter_o = filter("o", 3),
@@ -171,18 +173,19 @@ impl Outbox {
         let cap = limit.clamp(1, self.config.batch_size);
         let claim_ms = self.config.claim.as_millis().to_string();
         let mut tx = self.pool.begin().await?;
+        // The timeouts are set before the lock is requested (the inner query runs first), so
+        // lock_timeout bounds the wait for the turn; statement_timeout, armed when a statement
+        // starts, bounds the claim statement that follows.
         sqlx::query(
-            "SELECT set_config('statement_timeout', $1, true),
-                    set_config('lock_timeout', $1, true),
-                    set_config('idle_in_transaction_session_timeout', $1, true)",
+            "SELECT pg_advisory_xact_lock(hashtextextended($2, 0))
+             FROM (SELECT set_config('statement_timeout', $1, true),
+                          set_config('lock_timeout', $1, true),
+                          set_config('idle_in_transaction_session_timeout', $1, true)) timeouts",
         )
         .bind(&claim_ms)
+        .bind(&self.statements.lock_key)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(&self.statements.lock_key)
-            .execute(&mut *tx)
-            .await?;
         let mut query = sqlx::query(sqlx::AssertSqlSafe(self.statements.claim.clone()))
             .bind(cap)
             .bind(self.config.claim.as_secs_f64());

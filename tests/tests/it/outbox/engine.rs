@@ -69,8 +69,15 @@ async fn scenario_3_failures_retry_with_backoff_and_block_only_their_key() {
         .expect("now");
     outbox.reconcile().await.expect("pass");
     assert_eq!(recorder.published(), vec![("B".to_string(), b7)]);
-    type Time = chrono::DateTime<chrono::Utc>;
-    let rows: Vec<(i64, i32, Option<String>, Time, Option<Time>)> =
+    #[derive(sqlx::FromRow)]
+    struct Left {
+        seq: i64,
+        attempts: i32,
+        last_error: Option<String>,
+        next_attempt_at: chrono::DateTime<chrono::Utc>,
+        claimed_until: Option<chrono::DateTime<chrono::Utc>>,
+    }
+    let rows: Vec<Left> =
         sqlx::query_as("SELECT seq, attempts, last_error, next_attempt_at, claimed_until FROM inventory.stock_reports ORDER BY seq")
             .fetch_all(&db.pool)
             .await
