@@ -84,13 +84,13 @@ async fn scenario_3_failures_retry_with_backoff_and_block_only_their_key() {
             .expect("rows");
     assert_eq!(rows.len(), 2);
     assert_eq!(
-        (rows[0].0, rows[0].1, rows[0].2.as_deref()),
+        (rows[0].seq, rows[0].attempts, rows[0].last_error.as_deref()),
         (a5, 1, Some("ERP answered 503"))
     );
-    assert!(rows[0].3 >= before + chrono::Duration::seconds(2));
-    assert_eq!((rows[1].0, rows[1].1), (a6, 0));
+    assert!(rows[0].next_attempt_at >= before + chrono::Duration::seconds(2));
+    assert_eq!((rows[1].seq, rows[1].attempts), (a6, 0));
     assert!(
-        rows[1].4.is_none(),
+        rows[1].claimed_until.is_none(),
         "the rest of the failed key was released"
     );
 
