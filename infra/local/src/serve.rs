@@ -82,8 +82,20 @@ pub fn router(core: Core) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/_local/live-events", get(live_events))
+        .route("/_local/outbox/sweep", axum::routing::post(sweep_now))
         .with_state(core.clone())
         .merge(registry::router(core))
+}
+
+/// Local only: drain every outbox now (instead of waiting for the minute's sweep).
+async fn sweep_now(State(core): State<Core>) -> Response {
+    match outbox::sweep(&core.drainer(), None).await {
+        Ok(report) => Json(report).into_response(),
+        Err(error) => {
+            tracing::warn!(error = %error, "outbox sweep failed");
+            k2b_core::http::ApiError::unavailable("The outbox sweep failed.").into_response()
+        }
+    }
 }
 
 /// Local only: the live updates the in-memory publisher received, oldest first.

@@ -280,3 +280,42 @@ async fn sessions_and_app_credentials_from_the_cli_work_against_the_runner() {
     assert_eq!(forbidden.status(), 403);
     runner.stop();
 }
+
+#[tokio::test]
+async fn live_updates_are_visible_locally_without_aws() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let runner = LocalRunner::start(&env);
+    sqlx::query("SELECT events.enqueue(gen_random_uuid(), 'demo', 'live', 'board-1', '{\"v\":1,\"k\":\"board-1\",\"d\":{\"n\":1}}'::jsonb)")
+        .execute(&db.pool)
+        .await
+        .expect("enqueue");
+    let client = reqwest::Client::new();
+    let swept: Value = client
+        .post(format!("{}/_local/outbox/sweep", runner.base_url))
+        .send()
+        .await
+        .expect("sweep")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(swept["drained"], 1);
+    let events: Value = client
+        .get(format!("{}/_local/live-events", runner.base_url))
+        .send()
+        .await
+        .expect("events")
+        .json()
+        .await
+        .expect("json");
+    let events = events["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["appId"], "demo");
+    assert_eq!(events[0]["orderingKey"], "board-1");
+    assert_eq!(events[0]["payload"]["d"]["n"], 1);
+    runner.stop();
+}

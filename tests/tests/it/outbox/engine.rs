@@ -500,3 +500,26 @@ async fn a_claim_waiting_on_the_lock_gives_up_after_the_claim_period() {
     holder.rollback().await.expect("release");
     assert!(outbox.claim(10).await.expect("claim").is_empty());
 }
+
+/// A pass with less than a claim period (plus margin) left before its hard deadline claims
+/// nothing; with enough time it drains, and its leases never outlive the deadline.
+#[tokio::test]
+async fn passes_stop_claiming_near_the_invocation_deadline() {
+    let db = TestDb::new().await;
+    create_stock_reports(&db.pool).await;
+    let mut conn = db.pool.acquire().await.expect("conn");
+    let seq = insert(&mut conn, "A", 1).await;
+    drop(conn);
+    let recorder = Recorder::new();
+    let outbox = outbox(&db, &recorder);
+    let soon = tokio::time::Instant::now() + Duration::from_secs(20);
+    assert_eq!(outbox.reconcile_until(Some(soon)).await.expect("pass"), 0);
+    assert_eq!(
+        count(&db.pool, TABLE).await,
+        1,
+        "nothing claimed with 20 s left"
+    );
+    let later = tokio::time::Instant::now() + Duration::from_secs(60);
+    assert_eq!(outbox.reconcile_until(Some(later)).await.expect("pass"), 1);
+    assert_eq!(recorder.published_of("A"), vec![seq]);
+}
