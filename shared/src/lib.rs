@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod branding;
 pub mod config;
 pub mod db;
 pub mod http;
@@ -44,6 +45,8 @@ pub struct CoreInner {
     pub live: Arc<LiveOutboxes>,
     /// Published live updates kept in memory, when no live queue is configured.
     pub memory_live: Option<Arc<MemoryLivePublisher>>,
+    /// The last installation logo parsed (the icons, the manifest and the worker script read it).
+    pub icon_source: branding::IconSourceMemo,
 }
 
 impl Core {
@@ -93,11 +96,20 @@ impl Core {
             local_wakeups,
             live,
             memory_live,
+            icon_source: branding::IconSourceMemo::default(),
         }))
     }
 }
 
 impl Core {
+    /// The source of the app icons: the `app.logo` setting, parsed once per distinct value.
+    pub async fn app_icon_source(
+        &self,
+    ) -> Result<Arc<branding::AppIconSource>, settings::SettingsError> {
+        let logo = self.settings.app_logo().await?;
+        Ok(self.icon_source.read(&logo))
+    }
+
     /// The drainer of every outbox this bundle owns.
     pub fn drainer(&self) -> outbox::Drainer {
         outbox::Drainer::new(vec![self.live.clone()])

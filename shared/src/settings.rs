@@ -143,10 +143,13 @@ impl Settings {
                 key: def.key.to_string(),
                 reason: "not JSON".into(),
             })?;
-        definitions::validate(def, value).map_err(|reason| SettingsError::InvalidStored {
-            key: def.key.to_string(),
-            reason,
-        })
+        if !definitions::has_kind_type(def, &value) {
+            return Err(SettingsError::InvalidStored {
+                key: def.key.to_string(),
+                reason: "has the wrong type".into(),
+            });
+        }
+        Ok(value)
     }
 
     fn fallback(&self, def: &SettingDef) -> Value {

@@ -114,8 +114,23 @@ enum AppCommand {
     },
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // The icons are rendered in a child process of this same binary.
+    icons::run_if_worker();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            std::process::exit(1);
+        }
+    };
+    runtime.block_on(run());
+}
+
+async fn run() {
     let cli = Cli::parse();
     let config = Config::from_env_or_exit(Mode::Local);
     k2b_core::telemetry::init(config.log_format);

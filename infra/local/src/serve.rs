@@ -84,7 +84,9 @@ pub fn router(core: Core) -> Router {
         .route("/_local/live-events", get(live_events))
         .route("/_local/outbox/sweep", axum::routing::post(sweep_now))
         .with_state(core.clone())
-        .merge(registry::router(core))
+        .merge(registry::router(core.clone()))
+        .merge(icons::router(core.clone()))
+        .merge(manifest::router(core))
 }
 
 /// Local only: drain every outbox now (instead of waiting for the minute's sweep).

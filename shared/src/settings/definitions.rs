@@ -193,6 +193,21 @@ pub fn validate(def: &SettingDef, value: Value) -> Result<Value, String> {
     }
 }
 
+/// Whether a stored value has its kind's JSON type (the full rules ran when it was written;
+/// repeating them on every read would, for example, re-parse a 10 MiB logo URI).
+pub fn has_kind_type(def: &SettingDef, value: &Value) -> bool {
+    match def.kind {
+        SettingKind::Text | SettingKind::Image | SettingKind::Origin | SettingKind::Locale => {
+            value.is_string()
+        }
+        SettingKind::Boolean => value.is_boolean(),
+        SettingKind::Number { .. } => value.as_f64().is_some_and(f64::is_finite),
+        SettingKind::StringList => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string)),
+    }
+}
+
 /// Parses a command-line argument into a value of the setting's kind (lists take a JSON array or
 /// comma-separated text).
 pub fn parse_text(def: &SettingDef, raw: &str) -> Result<Value, String> {

@@ -1,5 +1,6 @@
 //! Black-box and cross-function tests against a real Postgres, real HTTP and real processes.
 
+mod branding;
 mod identity;
 mod keys_function;
 mod local_runner;

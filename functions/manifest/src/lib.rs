@@ -1,0 +1,201 @@
+//! The `manifest` function: the installable app's web app manifest
+//! (`GET /pwa/manifest.webmanifest`) and service worker (`GET /pwa/sw.js`).
+//!
+//! Both are public, the same for everyone, and read `app.name`, `app.locale` and the logo on
+//! every request. Their ETag is the first 32 hex characters of SHA-256 over the body, so a new
+//! name, locale or logo (whose version the icon URLs carry) reaches installed apps; browsers
+//! check on every app navigation and mostly get 304.
+
+pub mod offline;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Router, middleware};
+use k2b_core::Core;
+use k2b_core::branding::AppIconSource;
+use k2b_core::http::ApiError;
+use k2b_core::http::etag::{if_none_match, sha256_etag};
+use k2b_core::http::headers::request_id;
+use serde::Serialize;
+
+pub const MANIFEST_PATH: &str = "/pwa/manifest.webmanifest";
+pub const SERVICE_WORKER_PATH: &str = "/pwa/sw.js";
+/// The app's scope, start URL and manifest id.
+pub const PWA_SCOPE: &str = "/pwa/";
+/// The fixed part of the service worker.
+pub const WORKER_SOURCE: &str = include_str!("../assets/service-worker.js");
+
+/// The routes.
+pub fn router(core: Core) -> Router {
+    Router::new()
+        .route(MANIFEST_PATH, get(manifest))
+        .route(SERVICE_WORKER_PATH, get(service_worker))
+        .layer(middleware::from_fn(request_id))
+        .with_state(core)
+}
+
+#[derive(Serialize)]
+struct Icon {
+    src: String,
+    sizes: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    purpose: &'static str,
+}
+
+/// Field order is the manifest's key order.
+#[derive(Serialize)]
+struct Manifest<'a> {
+    id: &'static str,
+    name: &'a str,
+    short_name: &'a str,
+    start_url: &'static str,
+    scope: &'static str,
+    display: &'static str,
+    background_color: &'static str,
+    theme_color: &'static str,
+    lang: &'a str,
+    icons: [Icon; 3],
+}
+
+/// The installation's name for the app: `app.name`, or `Cloud` when empty.
+fn display_name(name: &str) -> &str {
+    if name.trim().is_empty() {
+        "Cloud"
+    } else {
+        name
+    }
+}
+
+/// The manifest body for an installation.
+pub fn manifest_body(name: &str, locale: &str, icon_version: &str) -> String {
+    let name = display_name(name);
+    let icon = |file: &str, sizes: &'static str, purpose: &'static str| Icon {
+        src: format!("/branding/{file}.png?v={icon_version}"),
+        sizes,
+        kind: "image/png",
+        purpose,
+    };
+    let manifest = Manifest {
+        id: PWA_SCOPE,
+        name,
+        short_name: name,
+        start_url: PWA_SCOPE,
+        scope: PWA_SCOPE,
+        display: "standalone",
+        background_color: "#fafafa",
+        theme_color: "#fafafa",
+        lang: if locale.trim().is_empty() {
+            "en"
+        } else {
+            locale
+        },
+        icons: [
+            icon("pwa-icon-192", "192x192", "any"),
+            icon("pwa-icon-512", "512x512", "any"),
+            icon("pwa-icon-maskable-512", "512x512", "maskable"),
+        ],
+    };
+    serde_json::to_string(&manifest).unwrap_or_default()
+}
+
+/// The service worker body: the offline page as a string constant, then the fixed source.
+pub fn service_worker_body(name: &str, source: &AppIconSource) -> String {
+    let document = offline::offline_document(display_name(name), source);
+    let literal = serde_json::to_string(&document).unwrap_or_default();
+    format!("const OFFLINE_HTML = {literal};\n{WORKER_SOURCE}")
+}
+
+fn cacheable(headers: &HeaderMap, body: String, content_type: &'static str) -> Response {
+    let etag = sha256_etag(body.as_bytes(), 32);
+    let Ok(etag_value) = HeaderValue::from_str(&etag) else {
+        return ApiError::internal().into_response();
+    };
+    let no_cache = HeaderValue::from_static("no-cache");
+    if if_none_match(headers, &etag) {
+        return (
+            StatusCode::NOT_MODIFIED,
+            [
+                (header::ETAG, etag_value),
+                (header::CACHE_CONTROL, no_cache),
+            ],
+            Body::empty(),
+        )
+            .into_response();
+    }
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::ETAG, etag_value),
+            (header::CACHE_CONTROL, no_cache),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn settings_unavailable(error: impl std::fmt::Display) -> Response {
+    tracing::warn!(error = %error, "installation settings unavailable");
+    ApiError::unavailable("The app manifest is unavailable right now.").into_response()
+}
+
+async fn manifest(State(core): State<Core>, headers: HeaderMap) -> Response {
+    let read = async {
+        let name = core.settings.app_name().await?;
+        let locale = core.settings.app_locale().await?;
+        let source = core.app_icon_source().await?;
+        Ok::<_, k2b_core::settings::SettingsError>(manifest_body(&name, &locale, &source.version))
+    };
+    match read.await {
+        Ok(body) => cacheable(&headers, body, "application/manifest+json"),
+        Err(error) => settings_unavailable(error),
+    }
+}
+
+async fn service_worker(State(core): State<Core>, headers: HeaderMap) -> Response {
+    let read = async {
+        let name = core.settings.app_name().await?;
+        let source = core.app_icon_source().await?;
+        Ok::<_, k2b_core::settings::SettingsError>(service_worker_body(&name, &source))
+    };
+    match read.await {
+        Ok(body) => cacheable(&headers, body, "text/javascript; charset=utf-8"),
+        Err(error) => settings_unavailable(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scenario 14 (shape): exact keys, key order and icon versions.
+    #[test]
+    fn scenario_14_manifest_body_is_exact() {
+        assert_eq!(
+            manifest_body("Example Cloud", "de", "aaaaaaaaaaaa"),
+            concat!(
+                r#"{"id":"/pwa/","name":"Example Cloud","short_name":"Example Cloud","start_url":"/pwa/","#,
+                r##""scope":"/pwa/","display":"standalone","background_color":"#fafafa","theme_color":"#fafafa","##,
+                r#""lang":"de","icons":["#,
+                r#"{"src":"/branding/pwa-icon-192.png?v=aaaaaaaaaaaa","sizes":"192x192","type":"image/png","purpose":"any"},"#,
+                r#"{"src":"/branding/pwa-icon-512.png?v=aaaaaaaaaaaa","sizes":"512x512","type":"image/png","purpose":"any"},"#,
+                r#"{"src":"/branding/pwa-icon-maskable-512.png?v=aaaaaaaaaaaa","sizes":"512x512","type":"image/png","purpose":"maskable"}]}"#
+            )
+        );
+        let unnamed: serde_json::Value =
+            serde_json::from_str(&manifest_body("  ", "", "v")).expect("json");
+        assert_eq!(unnamed["name"], "Cloud");
+        assert_eq!(unnamed["lang"], "en");
+    }
+
+    #[test]
+    fn worker_body_starts_with_the_offline_document_and_ends_with_the_source() {
+        let body = service_worker_body("Example Cloud", &k2b_core::branding::parse_icon_source(""));
+        assert!(body.starts_with("const OFFLINE_HTML = \"<!doctype html>"));
+        assert!(body.ends_with(WORKER_SOURCE));
+    }
+}
