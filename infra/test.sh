@@ -17,6 +17,12 @@ if ((${#pip_missing[@]})); then
   command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
   hash -r
 fi
+# The service worker tests run the worker in Node.
+if ! command -v node >/dev/null 2>&1; then
+  log "installing Node.js (Debian package)"
+  sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq nodejs
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   log "installing cargo-nextest"
   cargo install --locked cargo-nextest
