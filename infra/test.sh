@@ -71,4 +71,7 @@ cargo nextest run --workspace --no-fail-fast
 log "cfn-lint template.yaml"
 cfn-lint template.yaml
 
+log "template routes after the SAM transform"
+python3 infra/check_template.py
+
 log "all checks passed"

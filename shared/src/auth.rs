@@ -265,6 +265,14 @@ pub struct ServiceAccountActor {
     pub scopes: Vec<String>,
 }
 
+/// A person acting through an OAuth client with the scopes the client was granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthUserActor {
+    pub user: AuthUser,
+    pub client_id: String,
+    pub scopes: Vec<String>,
+}
+
 /// A registered app calling with its own workload credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppActor {
@@ -278,6 +286,7 @@ pub struct AppActor {
 pub enum Actor {
     Anonymous,
     User(UserActor),
+    OAuthUser(OAuthUserActor),
     ServiceAccount(ServiceAccountActor),
     App(AppActor),
 }
@@ -292,8 +301,37 @@ impl Actor {
     pub fn person(&self) -> Option<&AuthUser> {
         match self {
             Actor::User(actor) => Some(&actor.user),
+            Actor::OAuthUser(actor) => Some(&actor.user),
             Actor::ServiceAccount(actor) => actor.delegated_user.as_ref(),
             Actor::App(_) | Actor::Anonymous => None,
+        }
+    }
+
+    /// The scopes of an OAuth credential; `None` for every other credential (sessions and API
+    /// keys are not scope-checked by OAuth rules).
+    pub fn oauth_scopes(&self) -> Option<&[String]> {
+        match self {
+            Actor::OAuthUser(actor) => Some(&actor.scopes),
+            Actor::ServiceAccount(actor) if actor.credential_kind == CredentialKind::Oauth => {
+                Some(&actor.scopes)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this is an app's workload credential used as an API key: a resource-bound
+    /// account's key with a reserved scope. Such keys only work on Core's dedicated authority
+    /// routes.
+    pub fn is_reserved_workload_credential(&self) -> bool {
+        match self {
+            Actor::ServiceAccount(actor) => {
+                actor.credential_kind == CredentialKind::ApiKey
+                    && crate::identity::workload::is_reserved_workload_credential(
+                        actor.kind,
+                        &actor.scopes,
+                    )
+            }
+            _ => false,
         }
     }
 

@@ -36,7 +36,7 @@ pub use kek::KekSet;
 pub use metrics::{Counter, Metrics, MetricsSnapshot};
 pub use ring::PurposeChanges;
 pub use runtime::{IdentitySettings, IdentitySettingsSource, RuntimeConfig, RuntimeConfigCache};
-pub use signing::{IssueOptions, SigningScope, Step};
+pub use signing::{IssueOptions, ScopeSigner, SigningScope, Step};
 
 use crate::settings::Settings;
 

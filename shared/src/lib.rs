@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth;
 pub mod branding;
 pub mod config;
+pub mod cpu;
 pub mod db;
 pub mod http;
 pub mod identity;
@@ -15,6 +16,7 @@ pub mod outbox;
 pub mod registry;
 pub mod settings;
 pub mod telemetry;
+pub mod widgets;
 
 use std::ops::Deref;
 use std::sync::Arc;

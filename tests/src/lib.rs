@@ -85,8 +85,14 @@ const SCRUBBED: &[&str] = &[
     "K2B_LOG_FORMAT",
 ];
 
-/// The `k2b-local` binary next to this test binary, built on first use if missing.
+/// The `k2b-local` binary next to this test binary, built on first use if missing (the check
+/// runs once per process).
 pub fn local_binary() -> PathBuf {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(find_or_build_local).clone()
+}
+
+fn find_or_build_local() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
     // target/<profile>/deps/<test binary> → target/<profile>/k2b-local
     let profile_dir = exe
@@ -95,9 +101,13 @@ pub fn local_binary() -> PathBuf {
         .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()))
         .to_path_buf();
     let binary = profile_dir.join("k2b-local");
-    if !binary.exists() {
+    // Benchmarks run from target/release (the bench profile): they build the runner alike, and
+    // always (a no-op when it is current), so they never measure a stale binary.
+    let bench = profile_dir.ends_with("release");
+    if bench || !binary.exists() {
+        let profile = if bench { "bench" } else { "dev" };
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--workspace", "--bins"])
+            .args(["build", "--profile", profile, "--workspace", "--bins"])
             .status()
             .unwrap_or_else(|e| panic!("run cargo build: {e}"));
         assert!(status.success(), "cargo build --workspace --bins failed");
@@ -201,6 +211,18 @@ impl LocalRunner {
                 "k2b-local did not start within 60 s"
             );
         }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The server's resident memory in KiB (`VmRSS`), if readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
     }
 
     /// Everything the server printed so far (stdout and stderr).

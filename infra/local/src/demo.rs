@@ -1,37 +1,132 @@
-//! The demo installation the local runner seeds: an administrator and a demo app in the registry.
+//! The demo installation the local runner seeds: an administrator, and a demo app in the
+//! registry whose own server (on a port of its own, like a real app) answers Core's widget
+//! invocations: one widget with content, one with nothing to show, one slow, one failing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use futures::FutureExt;
 use k2b_core::Core;
 use k2b_core::auth::{self, NewUser, Profile, Provider};
+use k2b_core::identity::remote::RemoteVerifier;
+use k2b_core::widgets::compile_declarations;
+use k2b_core::widgets::provider::{
+    InvocationKeys, WidgetCall, WidgetHandler, WidgetProvider, WidgetReply,
+};
 use serde_json::{Value, json};
 
 /// The seeded administrator's uid.
 pub const ADMIN_UID: &str = "admin";
 /// The demo app's id.
 pub const DEMO_APP_ID: &str = "demo";
+/// How long the demo's slow widget takes.
+pub const SLOW_WIDGET_DELAY: Duration = Duration::from_secs(2);
 
-/// The demo app's registry entry; its endpoints are served by the runner under `/demo`.
-pub fn demo_app_entry(base_url: &str) -> Value {
+/// The demo app's widget declarations.
+fn demo_widgets() -> Value {
+    json!([
+        {"id": "stock", "path": "/api/demo/widget/stock", "title": "Stock", "sizes": ["small", "medium"], "defaultSize": "small", "suggest": true},
+        {"id": "empty", "path": "/api/demo/widget/empty", "title": "Nothing to show"},
+        {"id": "slow", "path": "/api/demo/widget/slow", "title": "Slow"},
+        {"id": "failing", "path": "/api/demo/widget/failing", "title": "Failing"}
+    ])
+}
+
+/// The demo app's registry entry; its server listens at `demo_url`.
+pub fn demo_app_entry(demo_url: &str) -> Value {
     json!({
         "id": DEMO_APP_ID,
         "name": "Demo",
         "icon": "ti ti-flask",
         "description": "A demo app served by the local runner",
-        "baseUrl": format!("{base_url}/demo"),
+        "baseUrl": demo_url,
         "routes": ["/app/demo", "/api/demo"],
         "nav": {"href": "/app/demo", "section": "primary"},
         "presentation": {
             "baseLocale": "en",
-            "translations": {"de": {"name": "Demo", "description": "Eine Demo-App des lokalen Runners"}}
+            "translations": {"de": {
+                "name": "Demo",
+                "description": "Eine Demo-App des lokalen Runners",
+                "widgets": {"stock": {"title": "Bestand"}}
+            }}
         },
         "platformPermissions": ["mail.send"],
-        "widgets": [
-            {"id": "stock", "path": "/api/demo/widget/stock", "title": "Stock", "sizes": ["small", "medium"], "defaultSize": "small", "suggest": true},
-            {"id": "empty", "path": "/api/demo/widget/empty", "title": "Nothing to show"},
-            {"id": "slow", "path": "/api/demo/widget/slow", "title": "Slow"},
-            {"id": "failing", "path": "/api/demo/widget/failing", "title": "Failing"}
-        ]
+        "widgets": demo_widgets()
     })
+}
+
+fn stock(call: WidgetCall) -> WidgetReply {
+    let german = call.locale.as_deref().is_some_and(|l| l.starts_with("de"));
+    let who = call
+        .actor
+        .person()
+        .and_then(|p| p.display_name.clone())
+        .unwrap_or_else(|| "someone".into());
+    WidgetReply::Json(json!({
+        "title": if german { "Bestand" } else { "Stock" },
+        "icon": "ti ti-box",
+        "href": "/app/demo",
+        "meta": format!("{} · {}", call.size, who),
+        "blocks": [
+            {"kind": "stat", "value": 42, "label": if german { "Artikel am Lager" } else { "Items in stock" },
+             "accent": {"tone": "emerald", "icon": "ti ti-trending-up", "text": "+3"}},
+            {"kind": "list", "items": [
+                {"label": "Notebooks", "meta": "17", "href": "/app/demo/items/notebooks"},
+                {"label": "Pens", "meta": "25", "href": "/app/demo/items/pens"}
+            ]}
+        ]
+    }))
+}
+
+/// The demo app's server: its widget handlers behind the invocation check, verified against
+/// the invocation keys Core publishes.
+pub async fn demo_router(core: &Core) -> anyhow::Result<axum::Router> {
+    let declarations =
+        compile_declarations(demo_widgets().as_array().map(Vec::as_slice))?.unwrap_or_default();
+    let runtime = core.identity.runtime_config().await?;
+    let verifier = RemoteVerifier::new(
+        runtime.invocation_jwks_url.clone(),
+        runtime.issuer.clone(),
+        Arc::new(k2b_core::identity::Metrics::default()),
+    );
+    let mut handlers: HashMap<String, WidgetHandler> = HashMap::new();
+    handlers.insert(
+        "stock".into(),
+        Arc::new(|call| async move { stock(call) }.boxed()),
+    );
+    handlers.insert(
+        "empty".into(),
+        Arc::new(|_| async { WidgetReply::Empty }.boxed()),
+    );
+    handlers.insert(
+        "slow".into(),
+        Arc::new(|call| {
+            async move {
+                tokio::time::sleep(SLOW_WIDGET_DELAY).await;
+                let mut reply = stock(call);
+                if let WidgetReply::Json(body) = &mut reply {
+                    body["title"] = json!("Slow");
+                }
+                reply
+            }
+            .boxed()
+        }),
+    );
+    handlers.insert(
+        "failing".into(),
+        Arc::new(|_| async { WidgetReply::Failed }.boxed()),
+    );
+    let provider = WidgetProvider::new(
+        core.clone(),
+        DEMO_APP_ID,
+        InvocationKeys::Remote(Arc::new(verifier)),
+        &declarations,
+        handlers,
+    )
+    .context("demo widgets")?;
+    Ok(provider.router())
 }
 
 /// Seeds what is missing, keeping whatever is already there. Returns the admin's id.

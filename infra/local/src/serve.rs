@@ -59,9 +59,34 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
         .initialize()
         .await
         .context("cannot prepare the identity signing keys")?;
-    start_timers(&core, &base_url);
+
+    // The demo app runs as its own server on the next port (or any free one), like a real app.
+    let demo_listener = match tokio::net::TcpListener::bind(SocketAddr::new(
+        address.ip(),
+        address
+            .port()
+            .checked_add(1)
+            .filter(|_| address.port() != 0)
+            .unwrap_or(0),
+    ))
+    .await
+    {
+        Ok(listener) => listener,
+        Err(_) => tokio::net::TcpListener::bind(SocketAddr::new(address.ip(), 0))
+            .await
+            .context("cannot listen for the demo app")?,
+    };
+    let demo_url = format!("http://{}", demo_listener.local_addr()?);
+    let demo_app = demo::demo_router(&core).await?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(demo_listener, demo_app).await {
+            tracing::warn!(error = %error, "demo app server stopped");
+        }
+    });
+    start_timers(&core, &demo_url);
 
     let app = router(core.clone());
+    println!("demo app listening on {demo_url}");
     println!("k2b-local listening on {base_url}");
     println!(
         "  health: {base_url}/healthz    admin account: `{}`",
@@ -86,7 +111,8 @@ pub fn router(core: Core) -> Router {
         .with_state(core.clone())
         .merge(registry::router(core.clone()))
         .merge(icons::router(core.clone()))
-        .merge(manifest::router(core))
+        .merge(manifest::router(core.clone()))
+        .merge(widgets::router(core))
 }
 
 /// Local only: drain every outbox now (instead of waiting for the minute's sweep).
@@ -132,9 +158,9 @@ async fn healthz(State(core): State<Core>) -> Response {
     }
 }
 
-fn start_timers(core: &Core, base_url: &str) {
+fn start_timers(core: &Core, demo_url: &str) {
     let heartbeat_core = core.clone();
-    let entry = demo::demo_app_entry(base_url);
+    let entry = demo::demo_app_entry(demo_url);
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(HEARTBEAT_PERIOD);
         loop {

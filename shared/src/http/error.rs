@@ -48,6 +48,10 @@ impl ApiError {
             "Authentication required",
         )
     }
+    /// 401 with a route's own message.
+    pub fn unauthorized_with(message: impl Into<Cow<'static, str>>) -> Self {
+        ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", message)
+    }
     pub fn forbidden(message: impl Into<Cow<'static, str>>) -> Self {
         ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", message)
     }

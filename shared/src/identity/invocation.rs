@@ -134,6 +134,24 @@ impl InvocationAuthority {
     pub fn from_actor(actor: &Actor) -> Option<InvocationAuthority> {
         match actor {
             Actor::User(user) => Some(InvocationAuthority::for_session(user.user.id, user.session)),
+            Actor::OAuthUser(oauth) => {
+                let mut scopes = oauth.scopes.clone();
+                scopes.sort();
+                scopes.dedup();
+                Some(InvocationAuthority {
+                    principal_type: PrincipalType::User,
+                    sub: oauth.user.id,
+                    access_subject_type: PrincipalType::User,
+                    access_subject_id: oauth.user.id,
+                    delegated_user_id: None,
+                    credential_kind: CredentialKind::Oauth,
+                    session_kind: None,
+                    credential_id: None,
+                    scopes,
+                    mandate: None,
+                    workload: None,
+                })
+            }
             Actor::ServiceAccount(account) => {
                 let mut scopes = account.scopes.clone();
                 scopes.sort();

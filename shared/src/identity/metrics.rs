@@ -14,6 +14,7 @@ pub struct Metrics {
     rotation_success: AtomicU64,
     rotation_failure: AtomicU64,
     legacy_session_use: AtomicU64,
+    signer_guards: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -27,6 +28,9 @@ pub struct MetricsSnapshot {
     pub rotation_success: u64,
     pub rotation_failure: u64,
     pub legacy_session_use: u64,
+    /// Active-key checks held `FOR SHARE` for an issuance (one per guard, however many
+    /// tokens are signed inside it).
+    pub signer_guards: u64,
 }
 
 /// One of the counters.
@@ -40,6 +44,7 @@ pub enum Counter {
     RotationSuccess,
     RotationFailure,
     LegacySessionUse,
+    SignerGuard,
 }
 
 impl Metrics {
@@ -53,6 +58,7 @@ impl Metrics {
             Counter::RotationSuccess => &self.rotation_success,
             Counter::RotationFailure => &self.rotation_failure,
             Counter::LegacySessionUse => &self.legacy_session_use,
+            Counter::SignerGuard => &self.signer_guards,
         }
     }
 
@@ -75,6 +81,7 @@ impl Metrics {
             rotation_success: get(Counter::RotationSuccess),
             rotation_failure: get(Counter::RotationFailure),
             legacy_session_use: get(Counter::LegacySessionUse),
+            signer_guards: get(Counter::SignerGuard),
         }
     }
 }

@@ -98,6 +98,35 @@ pub struct SigningScope {
 impl SigningScope {
     /// Signs `claims` with the scope's key (RS256, header `{alg, kid, typ}`).
     pub fn sign<C: Serialize>(&self, typ: &str, claims: &C) -> Result<String, IdentityError> {
+        self.handle().sign(typ, claims)
+    }
+
+    /// The scope's key as a handle that can sign on other threads (for example many tokens in
+    /// parallel on blocking threads). Use it only while the scope is held: the scope's lock is
+    /// what keeps the key from being revoked meanwhile.
+    pub fn handle(&self) -> ScopeSigner {
+        ScopeSigner {
+            signer: self.signer.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// Time left before the issuance deadline.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// The key of a [`SigningScope`], cheap to clone and `Send`.
+#[derive(Clone)]
+pub struct ScopeSigner {
+    signer: Arc<Signer>,
+    metrics: Arc<Metrics>,
+}
+
+impl ScopeSigner {
+    /// Signs `claims` (RS256, header `{alg, kid, typ}`).
+    pub fn sign<C: Serialize>(&self, typ: &str, claims: &C) -> Result<String, IdentityError> {
         match jwt::encode(&self.signer.kid, typ, claims, &self.signer.key) {
             Ok(token) => {
                 self.metrics.inc(Counter::SignSuccess);
@@ -108,11 +137,6 @@ impl SigningScope {
                 Err(error.into())
             }
         }
-    }
-
-    /// Time left before the issuance deadline.
-    pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
     }
 }
 
@@ -278,6 +302,7 @@ impl Identity {
                 })
                 .await?;
             deadline.check(Step::SigningKeyCheck)?;
+            self.0.metrics.inc(Counter::SignerGuard);
             if active.is_none() {
                 drop(tx);
                 self.invalidate_signer(purpose, Some(&signer.kid));

@@ -7,3 +7,4 @@ mod local_runner;
 mod maintenance;
 mod outbox;
 mod registry_function;
+mod widgets;

@@ -1,0 +1,348 @@
+//! One call to an app's widget and what its answer means. Only the origin of the widget's URL is
+//! used; the call carries the invocation token, the request id, the trace context, the locale and
+//! the operation, never the browser's cookie or its own authorization. Bodies are read up to
+//! 128 KiB, parsed and checked; nothing of a body or an error text is ever logged.
+
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue};
+use k2b_core::http::headers::client_request_id;
+use k2b_core::http::locale::{LOCALE_HEADER, preferred_locale};
+use k2b_core::widgets::{
+    DashboardWidget, INTERNAL_WIDGET_PATH, OPERATION_HEADER, SIZE_PARAM, WIDGET_MAX_RESPONSE_BYTES,
+    WidgetResponse, WidgetSize, parse_widget_response, widget_operation,
+};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tokio::time::{Instant, timeout_at};
+
+/// Where a widget failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Registry,
+    Signing,
+    Provider,
+    Response,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Registry => "registry",
+            Phase::Signing => "signing",
+            Phase::Provider => "provider",
+            Phase::Response => "response",
+        }
+    }
+}
+
+/// Why a widget failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    UpstreamTimeout,
+    UpstreamStatus,
+    TooLarge,
+    InvalidJson,
+    InvalidSchema,
+    DeadlineExceeded,
+    RequestCancelled,
+    OperationFailed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::UpstreamTimeout => "upstream_timeout",
+            Reason::UpstreamStatus => "upstream_status",
+            Reason::TooLarge => "too_large",
+            Reason::InvalidJson => "invalid_json",
+            Reason::InvalidSchema => "invalid_schema",
+            Reason::DeadlineExceeded => "deadline_exceeded",
+            Reason::RequestCancelled => "request_cancelled",
+            Reason::OperationFailed => "operation_failed",
+        }
+    }
+}
+
+/// A failure as logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection {
+    pub phase: Phase,
+    pub reason: Reason,
+    pub upstream_status: Option<u16>,
+}
+
+/// What a widget call came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Ok(Box<WidgetResponse>),
+    Empty,
+    Forbidden,
+    Timeout(Rejection),
+    Error(Rejection),
+}
+
+impl Outcome {
+    /// The stream status of this outcome.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Ok(_) => "ok",
+            Outcome::Empty => "empty",
+            Outcome::Forbidden => "forbidden",
+            Outcome::Timeout(_) => "timeout",
+            Outcome::Error(_) => "error",
+        }
+    }
+
+    fn timeout(phase: Phase, reason: Reason, upstream_status: Option<u16>) -> Outcome {
+        Outcome::Timeout(Rejection {
+            phase,
+            reason,
+            upstream_status,
+        })
+    }
+
+    fn error(phase: Phase, reason: Reason, upstream_status: Option<u16>) -> Outcome {
+        Outcome::Error(Rejection {
+            phase,
+            reason,
+            upstream_status,
+        })
+    }
+}
+
+/// The client used for widget calls: no redirects (a redirect is an unusable answer, and the
+/// invocation never follows one); keep-alive connections pooled, a bounded number per app so a
+/// burst of dashboards does not leave hundreds of idle sockets behind.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(16)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// The caller's context forwarded to every app of one request.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    pub request_id: Option<String>,
+    pub traceparent: Option<HeaderValue>,
+    pub tracestate: Option<HeaderValue>,
+    pub locale: Option<String>,
+}
+
+impl CallContext {
+    pub fn from_headers(headers: &HeaderMap) -> CallContext {
+        CallContext {
+            request_id: client_request_id(headers),
+            traceparent: headers.get("traceparent").cloned(),
+            tracestate: headers.get("tracestate").cloned(),
+            locale: preferred_locale(headers),
+        }
+    }
+}
+
+/// `encodeURIComponent`: everything but letters, digits and `-_.!~*'()` is escaped.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+/// The app-side URL of a widget: the origin of its URL, the internal path, the fitted size.
+pub fn target_url(widget: &DashboardWidget, size: WidgetSize) -> Option<String> {
+    let origin = url::Url::parse(&widget.url).ok()?.origin();
+    if !origin.is_tuple() {
+        return None;
+    }
+    Some(format!(
+        "{}{INTERNAL_WIDGET_PATH}{}?{SIZE_PARAM}={size}",
+        origin.ascii_serialization(),
+        utf8_percent_encode(&widget.widget_id, COMPONENT)
+    ))
+}
+
+enum Body {
+    Json(serde_json::Value),
+    Failed(Reason),
+}
+
+/// Reads at most 128 KiB (refusing a larger `Content-Length` unread) and parses UTF-8 JSON.
+async fn read_bounded_json(mut response: reqwest::Response, deadline: Instant) -> Option<Body> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > WIDGET_MAX_RESPONSE_BYTES as u64)
+    {
+        return Some(Body::Failed(Reason::TooLarge));
+    }
+    let mut bytes = Vec::new();
+    loop {
+        match timeout_at(deadline, response.chunk()).await {
+            Err(_) => return None,
+            Ok(Err(_)) => return Some(Body::Failed(Reason::OperationFailed)),
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(chunk))) => {
+                if bytes.len() + chunk.len() > WIDGET_MAX_RESPONSE_BYTES {
+                    return Some(Body::Failed(Reason::TooLarge));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+        }
+    }
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Some(Body::Failed(Reason::InvalidJson));
+    };
+    match serde_json::from_str(text) {
+        Ok(value) => Some(Body::Json(value)),
+        Err(_) => Some(Body::Failed(Reason::InvalidJson)),
+    }
+}
+
+/// Calls one widget until `deadline` (its own budget). The caller drops the future to cancel it.
+pub async fn call_widget(
+    client: &reqwest::Client,
+    widget: &DashboardWidget,
+    size: WidgetSize,
+    token: &str,
+    context: &CallContext,
+    deadline: Instant,
+) -> Outcome {
+    let Some(url) = target_url(widget, size) else {
+        return Outcome::error(Phase::Provider, Reason::OperationFailed, None);
+    };
+    let mut request = client
+        .get(url)
+        .bearer_auth(token)
+        .header(OPERATION_HEADER, widget_operation(&widget.widget_id));
+    if let Some(id) = &context.request_id {
+        request = request.header("x-request-id", id);
+    }
+    if let Some(value) = &context.traceparent {
+        request = request.header("traceparent", value.clone());
+    }
+    if let Some(value) = &context.tracestate {
+        request = request.header("tracestate", value.clone());
+    }
+    if let Some(locale) = &context.locale {
+        request = request.header(LOCALE_HEADER, locale);
+    }
+    let response = match timeout_at(deadline, request.send()).await {
+        Err(_) => return Outcome::timeout(Phase::Provider, Reason::DeadlineExceeded, None),
+        Ok(Err(error)) if error.is_timeout() => {
+            return Outcome::timeout(Phase::Provider, Reason::DeadlineExceeded, None);
+        }
+        Ok(Err(_)) => return Outcome::error(Phase::Provider, Reason::OperationFailed, None),
+        Ok(Ok(response)) => response,
+    };
+    let status = response.status().as_u16();
+    match status {
+        204 => return Outcome::Empty,
+        403 => return Outcome::Forbidden,
+        504 => {
+            return Outcome::timeout(Phase::Provider, Reason::UpstreamTimeout, Some(status));
+        }
+        200..=299 => {}
+        _ => return Outcome::error(Phase::Provider, Reason::UpstreamStatus, Some(status)),
+    }
+    match read_bounded_json(response, deadline).await {
+        None => Outcome::timeout(Phase::Response, Reason::DeadlineExceeded, None),
+        Some(Body::Failed(reason)) => Outcome::error(Phase::Response, reason, None),
+        Some(Body::Json(value)) => match parse_widget_response(&value) {
+            Ok(parsed) => Outcome::Ok(Box::new(parsed)),
+            Err(_) => Outcome::error(Phase::Response, Reason::InvalidSchema, None),
+        },
+    }
+}
+
+fn prefix(value: &str, chars: usize) -> &str {
+    match value.char_indices().nth(chars) {
+        Some((cut, _)) => &value[..cut],
+        None => value,
+    }
+}
+
+/// The one log line of a widget failure: ids (bounded), phase, reason, upstream status.
+pub fn log_rejection(app_id: &str, widget_id: &str, rejection: Rejection) {
+    let app_id = prefix(app_id, 80);
+    let widget_id = prefix(widget_id, 100);
+    let phase = rejection.phase.as_str();
+    let reason = rejection.reason.as_str();
+    match rejection.upstream_status {
+        Some(upstream_status) => tracing::warn!(
+            source = "widgets",
+            app_id,
+            widget_id,
+            phase,
+            reason,
+            upstream_status,
+            "Widget proxy rejected response"
+        ),
+        None => tracing::warn!(
+            source = "widgets",
+            app_id,
+            widget_id,
+            phase,
+            reason,
+            "Widget proxy rejected response"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widget(url: &str, id: &str) -> DashboardWidget {
+        DashboardWidget {
+            app_id: "weather".into(),
+            app_name: "Weather".into(),
+            app_icon: "i".into(),
+            widget_id: id.into(),
+            url: url.into(),
+            title: "t".into(),
+            description: "d".into(),
+            sizes: vec![WidgetSize::Small],
+            default_size: WidgetSize::Small,
+            suggest: false,
+            requires_roles: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_the_origin_of_the_widget_url_is_used() {
+        assert_eq!(
+            target_url(
+                &widget(
+                    "http://app-weather:3000/api/weather/widget/current",
+                    "current"
+                ),
+                WidgetSize::Small
+            )
+            .as_deref(),
+            Some("http://app-weather:3000/api/_internal/widgets/v1/current?size=small")
+        );
+        assert_eq!(
+            target_url(
+                &widget("https://demo.example/custom/path/x", "a b/ü~*"),
+                WidgetSize::Large
+            )
+            .as_deref(),
+            Some("https://demo.example/api/_internal/widgets/v1/a%20b%2F%C3%BC~*?size=large")
+        );
+        assert_eq!(
+            target_url(&widget("not a url", "x"), WidgetSize::Large),
+            None
+        );
+    }
+
+    #[test]
+    fn logged_ids_are_bounded() {
+        assert_eq!(prefix(&"ä".repeat(90), 80).chars().count(), 80);
+        assert_eq!(prefix("short", 80), "short");
+    }
+}

@@ -1,0 +1,114 @@
+//! The `widgets` function: `GET /api/widgets/v1` streams every requested widget of every app as
+//! NDJSON, one line per widget as soon as it answers, each within its own budget; and
+//! `GET /api/widgets/v1/{appId}/{widgetId}` answers one widget as JSON.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use k2b_core::Core;
+use k2b_core::auth::{Actor, authenticate};
+use k2b_core::http::ApiError;
+use k2b_core::http::headers::request_id;
+use k2b_core::widgets::{WIDGET_CONCURRENCY, WIDGET_STREAM_DEADLINE, WIDGET_TIMEOUT};
+
+pub mod call;
+mod signing;
+mod single;
+mod stream;
+
+pub use call::{Outcome, Phase, Reason};
+
+/// Budgets and the HTTP client of the widget routes.
+#[derive(Clone)]
+pub struct WidgetsOptions {
+    /// Each widget's own budget from its start (and the setup's bound).
+    pub timeout: Duration,
+    /// The whole stream's bound (the invocation tokens' lifetime).
+    pub stream_deadline: Duration,
+    /// Widgets asked at once.
+    pub concurrency: usize,
+    pub client: reqwest::Client,
+}
+
+impl Default for WidgetsOptions {
+    fn default() -> Self {
+        WidgetsOptions {
+            timeout: WIDGET_TIMEOUT,
+            stream_deadline: WIDGET_STREAM_DEADLINE,
+            concurrency: WIDGET_CONCURRENCY,
+            client: call::client(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct WidgetsState {
+    pub core: Core,
+    pub options: Arc<WidgetsOptions>,
+}
+
+/// The routes with the standard budgets.
+pub fn router(core: Core) -> Router {
+    router_with(core, WidgetsOptions::default())
+}
+
+/// The routes with the given budgets and client.
+pub fn router_with(core: Core, options: WidgetsOptions) -> Router {
+    let state = WidgetsState {
+        core,
+        options: Arc::new(options),
+    };
+    Router::new()
+        .route("/api/widgets/v1", get(stream::widgets))
+        .route("/api/widgets/v1/{app_id}/{widget_id}", get(single::widget))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_reader,
+        ))
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+const WORKLOAD_FORBIDDEN: &str =
+    "App workload credentials require a dedicated Core authority route";
+const OAUTH_SCOPE_REQUIRED: &str = "OAuth scope read or admin is required";
+
+/// In order, before anything is read: an actor (401), not an app workload credential (403),
+/// and for OAuth credentials the scope `read` or `admin` (403). Sessions and API keys are not
+/// scope-checked. An actor already placed in the request (by an outer layer) is used as is.
+async fn require_reader(
+    State(state): State<WidgetsState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let actor = match request.extensions().get::<Actor>() {
+        Some(actor) => actor.clone(),
+        None => match authenticate(&state.core, request.headers()).await {
+            Ok(actor) => actor,
+            Err(error) => {
+                tracing::warn!(error = %error, "authentication unavailable");
+                return ApiError::unavailable("Authentication is unavailable right now.")
+                    .into_response();
+            }
+        },
+    };
+    if !actor.is_authenticated() {
+        return ApiError::unauthorized().into_response();
+    }
+    if actor.is_reserved_workload_credential() {
+        return ApiError::forbidden(WORKLOAD_FORBIDDEN).into_response();
+    }
+    if actor
+        .oauth_scopes()
+        .is_some_and(|scopes| !scopes.iter().any(|s| s == "read" || s == "admin"))
+    {
+        return ApiError::forbidden(OAUTH_SCOPE_REQUIRED).into_response();
+    }
+    request.extensions_mut().insert(actor);
+    next.run(request).await
+}

@@ -1,0 +1,138 @@
+//! `GET /api/widgets/v1/{appId}/{widgetId}?size=`: one widget as JSON under one budget
+//! (registry, signing and the call). Answers: 200 with the checked JSON, 204 / 403 empty, 404
+//! for an unknown widget, 504 when the budget ran out, 502 for anything else. The app's headers
+//! are never passed on.
+
+use std::collections::HashMap;
+
+use axum::Extension;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use k2b_core::auth::Actor;
+use k2b_core::http::ApiError;
+use k2b_core::widgets::{SIZE_PARAM, fit_size, list_widgets};
+use tokio::time::{Instant, timeout_at};
+
+use crate::WidgetsState;
+use crate::call::{CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection};
+use crate::signing::sign_all;
+
+fn deadline_exceeded() -> Response {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "WIDGET_TIMEOUT",
+        "Widget deadline exceeded",
+    )
+    .into_response()
+}
+
+fn bad_gateway(reason: Reason) -> Response {
+    let (code, message) = match reason {
+        Reason::InvalidSchema => ("WIDGET_INVALID", "Widget returned an invalid response"),
+        Reason::TooLarge | Reason::InvalidJson => (
+            "WIDGET_INVALID",
+            "Widget returned invalid or oversized JSON",
+        ),
+        _ => ("WIDGET_UNAVAILABLE", "Widget is unavailable"),
+    };
+    ApiError::new(StatusCode::BAD_GATEWAY, code, message).into_response()
+}
+
+fn empty(status: StatusCode) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        Body::empty(),
+    )
+        .into_response()
+}
+
+pub(crate) async fn widget(
+    State(state): State<WidgetsState>,
+    Extension(actor): Extension<Actor>,
+    Path((app_id, widget_id)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let options = state.options.clone();
+    let deadline = Instant::now() + options.timeout;
+    let context = CallContext::from_headers(&headers);
+    let fail = |phase: Phase, reason: Reason| {
+        log_rejection(
+            &app_id,
+            &widget_id,
+            Rejection {
+                phase,
+                reason,
+                upstream_status: None,
+            },
+        );
+        if reason == Reason::DeadlineExceeded {
+            deadline_exceeded()
+        } else {
+            bad_gateway(reason)
+        }
+    };
+
+    let declared = match timeout_at(deadline, list_widgets(&state.core.pool, None)).await {
+        Ok(Ok(declared)) => declared,
+        Ok(Err(_)) => return fail(Phase::Registry, Reason::OperationFailed),
+        Err(_) => return fail(Phase::Registry, Reason::DeadlineExceeded),
+    };
+    let Some(widget) = declared
+        .iter()
+        .find(|w| w.app_id == app_id && w.widget_id == widget_id)
+    else {
+        return ApiError::not_found("Widget not found").into_response();
+    };
+
+    let budget = deadline.saturating_duration_since(Instant::now());
+    if budget.is_zero() {
+        return fail(Phase::Signing, Reason::DeadlineExceeded);
+    }
+    // The issuance keeps its own deadline (it waits for Postgres to end a statement at it).
+    let signed = sign_all(
+        &state.core,
+        &actor,
+        vec![widget.clone()],
+        context.request_id.clone(),
+        budget,
+        1,
+    )
+    .await;
+    let token = match signed {
+        Err(error) if error.is_timeout() => return fail(Phase::Signing, Reason::DeadlineExceeded),
+        Err(_) => return fail(Phase::Signing, Reason::OperationFailed),
+        Ok(mut tokens) => match tokens.pop() {
+            Some(Ok(token)) => token,
+            _ => return fail(Phase::Signing, Reason::OperationFailed),
+        },
+    };
+    if Instant::now() >= deadline {
+        return fail(Phase::Signing, Reason::DeadlineExceeded);
+    }
+
+    let size = fit_size(
+        query.get(SIZE_PARAM).map(String::as_str),
+        &widget.sizes,
+        widget.default_size,
+    );
+    match call_widget(&options.client, widget, size, &token, &context, deadline).await {
+        Outcome::Ok(body) => axum::Json(body).into_response(),
+        Outcome::Empty => empty(StatusCode::NO_CONTENT),
+        Outcome::Forbidden => empty(StatusCode::FORBIDDEN),
+        Outcome::Timeout(rejection) => {
+            log_rejection(&app_id, &widget_id, rejection);
+            deadline_exceeded()
+        }
+        Outcome::Error(rejection) => {
+            log_rejection(&app_id, &widget_id, rejection);
+            bad_gateway(rejection.reason)
+        }
+    }
+}

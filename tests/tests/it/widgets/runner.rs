@@ -1,0 +1,215 @@
+//! The widget stream through `k2b-local`: lines leave as widgets settle, and many streams at
+//! once all finish and leave the process's memory where it was.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k2b_core::registry::{APP_REGISTRY_TTL, store};
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, run_local};
+use serde_json::json;
+
+use super::{Counters, LineReader, answers, lines, provider, summary_widget, widget_lines};
+
+fn session_cookie(env: &[(&str, &str)]) -> String {
+    let issued = run_local(env, &["session", "issue", "--user", "admin"], None);
+    assert!(issued.status.success(), "{issued:?}");
+    String::from_utf8_lossy(&issued.stdout).trim().to_string()
+}
+
+/// The demo app's slow widget takes 2 s: the start line and the three fast widgets arrive
+/// before it settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_stream_through_the_runner_before_the_slow_widget_settles() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let runner = LocalRunner::start(&env);
+    let cookie = session_cookie(&env);
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let response = client
+        .get(format!("{}/api/widgets/v1", runner.base_url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(response.status(), 200);
+    let mut reader = LineReader::new(response);
+    let start = reader.next().await.expect("start");
+    assert_eq!(
+        start,
+        json!({"type": "start", "widgets": ["demo/stock", "demo/empty", "demo/slow", "demo/failing"]})
+    );
+    let mut fast = Vec::new();
+    for _ in 0..3 {
+        let line = reader.next().await.expect("a fast line");
+        fast.push((
+            line["key"].as_str().unwrap_or_default().to_string(),
+            line["status"].clone(),
+        ));
+    }
+    let fast_done = started.elapsed();
+    fast.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        fast,
+        [
+            ("demo/empty".to_string(), json!("empty")),
+            ("demo/failing".to_string(), json!("error")),
+            ("demo/stock".to_string(), json!("ok")),
+        ]
+    );
+    assert!(
+        fast_done < Duration::from_millis(1800),
+        "the fast widgets waited for the slow one ({fast_done:?})"
+    );
+    let slow = reader.next().await.expect("slow line");
+    assert_eq!(slow["key"], "demo/slow");
+    assert_eq!(slow["status"], "ok");
+    assert!(slow["ms"].as_u64().expect("ms") >= 2000);
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(
+        reader.next().await.expect("done"),
+        json!({"type": "done", "status": "partial"})
+    );
+    runner.stop();
+}
+
+/// 200 streams of 10 widgets at once: every stream ends with `done` and only the widgets'
+/// own answers; afterwards the runner's memory returns to its level (no growth per burst).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_streams_finish_and_memory_returns() {
+    const STREAMS: usize = 200;
+    const WIDGETS: usize = 10;
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+        ("RUST_LOG", "warn"),
+    ];
+    let runner = LocalRunner::start(&env);
+    let cookie = session_cookie(&env);
+
+    // Ten apps of our own, one widget each, answering at once.
+    let counters = Arc::new(Counters::default());
+    let mut query = Vec::new();
+    for i in 0..WIDGETS {
+        let app = format!("load-{i:02}");
+        let served = provider(
+            counters.clone(),
+            answers(json!({"title": app, "blocks": [{"kind": "stat", "value": i, "label": "n"}]})),
+        )
+        .await;
+        let entry = json!({
+            "id": app, "name": app, "icon": "i", "description": "d",
+            "baseUrl": served.origin, "routes": [format!("/app/{app}")], "widgets": summary_widget()
+        });
+        let mut conn = db.pool.acquire().await.expect("conn");
+        store::upsert(&mut conn, &entry, APP_REGISTRY_TTL)
+            .await
+            .expect("register");
+        query.push(format!("widget={app}/summary"));
+    }
+    let path = format!("{}/api/widgets/v1?{}", runner.base_url, query.join("&"));
+    // Each burst uses a client of its own, dropped after it: the runner keeps no connection
+    // state for the test between bursts.
+    let run_streams = |count: usize| {
+        let client = reqwest::Client::new();
+        let path = path.clone();
+        let cookie = cookie.clone();
+        async move {
+            let tasks: Vec<_> = (0..count)
+                .map(|_| {
+                    let client = client.clone();
+                    let path = path.clone();
+                    let cookie = cookie.clone();
+                    tokio::spawn(async move {
+                        let response = client
+                            .get(&path)
+                            .header("cookie", cookie)
+                            .send()
+                            .await
+                            .expect("get");
+                        assert_eq!(response.status(), 200);
+                        lines(response).await
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for task in tasks {
+                all.push(task.await.expect("stream"));
+            }
+            all
+        }
+    };
+
+    let check = |streams: &[Vec<serde_json::Value>]| {
+        assert_eq!(streams.len(), STREAMS);
+        for stream in streams {
+            assert_eq!(
+                stream.first().map(|l| l["type"].clone()),
+                Some(json!("start"))
+            );
+            assert_eq!(
+                stream.last(),
+                Some(&json!({"type": "done", "status": "complete"})),
+                "{stream:?}"
+            );
+            let widgets = widget_lines(stream);
+            assert_eq!(widgets.len(), WIDGETS);
+            assert!(widgets.iter().all(|l| l["status"] == "ok"), "{widgets:?}");
+        }
+    };
+    // The lowest RSS over a few seconds: what stays once the burst is over.
+    let settled = || async {
+        let mut lowest = u64::MAX;
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            lowest = lowest.min(runner.rss_kib().expect("rss"));
+        }
+        lowest
+    };
+
+    for _ in 0..3 {
+        run_streams(20).await;
+    }
+    let idle = settled().await;
+    let mut after_burst = Vec::new();
+    for burst in 0..5 {
+        let started = Instant::now();
+        let streams = run_streams(STREAMS).await;
+        let elapsed = started.elapsed();
+        let peak = runner.rss_kib().expect("rss");
+        check(&streams);
+        let rest = settled().await;
+        println!(
+            "burst {burst}: {STREAMS} streams × {WIDGETS} widgets in {elapsed:?}; runner RSS \
+             {peak} KiB right after, {rest} KiB settled (idle before any burst: {idle} KiB)"
+        );
+        after_burst.push(rest);
+    }
+    // The first burst grows the process once (pooled database and HTTP connections, allocator
+    // arenas, all reused later); from then on each burst returns to that level: nothing is kept
+    // per stream (2 000 widget calls per burst kept would add far more than 6 MiB).
+    assert!(
+        after_burst[0] <= idle + 32 * 1024,
+        "the first burst left {} KiB (idle {idle} KiB)",
+        after_burst[0]
+    );
+    let level = after_burst[1];
+    assert!(
+        after_burst[2..]
+            .iter()
+            .all(|rest| *rest <= level + 6 * 1024),
+        "memory kept growing across bursts: {after_burst:?} KiB"
+    );
+    let output = runner.stop();
+    let errors: Vec<&str> = output
+        .lines()
+        .filter(|l| l.contains("\"level\":\"ERROR\""))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
