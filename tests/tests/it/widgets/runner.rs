@@ -213,3 +213,134 @@ async fn two_hundred_concurrent_streams_finish_and_memory_returns() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// `cargo lambda watch` with the process group it starts (the function processes), stopped
+/// together.
+struct LambdaWatch {
+    child: std::process::Child,
+    base: String,
+}
+
+impl LambdaWatch {
+    fn start(env: &[(&str, &str)]) -> LambdaWatch {
+        use std::os::unix::process::CommandExt;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut command = std::process::Command::new("cargo");
+        command
+            .args([
+                "lambda",
+                "watch",
+                "-A",
+                "127.0.0.1",
+                "-P",
+                &port.to_string(),
+            ])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command
+            .spawn()
+            .expect("cargo lambda watch (pip install cargo-lambda)");
+        LambdaWatch {
+            child,
+            base: format!("http://127.0.0.1:{port}/lambda-url/widgets"),
+        }
+    }
+}
+
+impl Drop for LambdaWatch {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        std::process::Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .status()
+            .ok();
+        self.child.wait().ok();
+    }
+}
+
+/// The same stream through `cargo lambda watch`: the `widgets` binary under the Lambda
+/// streaming runtime delivers the fast lines before the slow widget settles, and the
+/// single-widget route's body arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_stream_through_cargo_lambda_watch() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let runner = LocalRunner::start(&env);
+    let cookie = session_cookie(&env);
+    let watch = LambdaWatch::start(&[
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+        ("K2B_ENV", "local"),
+        ("APP_URL", runner.base_url.as_str()),
+        ("RUST_LOG", "warn"),
+    ]);
+    let client = reqwest::Client::new();
+    // The first request may wait for the binary to build.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let probe = client
+            .get(format!("{}/api/widgets/v1", watch.base))
+            .timeout(Duration::from_secs(600))
+            .send()
+            .await;
+        if probe.is_ok_and(|r| r.status() == 401) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not serve widgets"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let started = Instant::now();
+    let response = client
+        .get(format!("{}/api/widgets/v1", watch.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(response.status(), 200);
+    let mut reader = LineReader::new(response);
+    assert_eq!(reader.next().await.expect("start")["type"], "start");
+    let mut fast = Vec::new();
+    for _ in 0..3 {
+        fast.push(reader.next().await.expect("line")["key"].clone());
+    }
+    let fast_done = started.elapsed();
+    assert!(!fast.contains(&json!("demo/slow")), "{fast:?}");
+    assert!(
+        fast_done < Duration::from_millis(1800),
+        "lines were held back until the slow widget ({fast_done:?})"
+    );
+    assert_eq!(reader.next().await.expect("slow")["key"], "demo/slow");
+    assert_eq!(reader.next().await.expect("done")["type"], "done");
+
+    let single = client
+        .get(format!(
+            "{}/api/widgets/v1/demo/stock?size=medium",
+            watch.base
+        ))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(single.status(), 200);
+    let body: serde_json::Value = single.json().await.expect("json");
+    assert_eq!(body["title"], "Stock");
+    drop(watch);
+    runner.stop();
+}
