@@ -41,7 +41,11 @@ def main() -> int:
         for event in function["Properties"].get("Events", {}).values():
             if event["Type"] == "Api":
                 props = event["Properties"]
-                declared.add((props["Path"], props["Method"].lower()))
+                method = props["Method"].lower()
+                # SAM writes `ANY` as API Gateway's any-method extension.
+                if method == "any":
+                    method = "x-amazon-apigateway-any-method"
+                declared.add((props["Path"], method))
     missing_functions = binaries - {
         f.get("Metadata", {}).get("BuildProperties", {}).get("Binary") for f in functions.values()
     }

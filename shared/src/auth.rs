@@ -173,6 +173,53 @@ pub async fn roles_of(
     Ok(build_roles(user.provider(), user.profile(), admin, manages))
 }
 
+/// Signs the account out everywhere: the epoch moves on (which ends every session, pairing and
+/// device made before), live session families are revoked, and every paired device is revoked
+/// with reason `sign_out_everywhere`. Runs in the caller's transaction; returns how many devices
+/// were revoked.
+pub async fn sign_out_everywhere(
+    conn: &mut PgConnection,
+    user_id: Uuid,
+    request_id: Option<String>,
+) -> Result<u64, AuthError> {
+    if lock_user(conn, user_id).await?.is_none() {
+        return Ok(0);
+    }
+    sqlx::query(
+        "UPDATE auth.users SET auth_epoch = auth_epoch + 1, updated_at = now() WHERE id = $1",
+    )
+    .bind(user_id)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE auth.session_families SET revoked_at = now(), revocation_reason = 'sign_out_everywhere'
+         WHERE user_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(user_id)
+    .execute(&mut *conn)
+    .await?;
+    let devices: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM auth.pwa_devices WHERE user_id = $1 AND revoked_at IS NULL ORDER BY id",
+    )
+    .bind(user_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut revoked = 0;
+    for device in devices {
+        let done = crate::pwa::devices::revoke_device(
+            conn,
+            device,
+            "sign_out_everywhere",
+            crate::pwa::devices::RevokeBy::Owner,
+            request_id.clone(),
+        )
+        .await
+        .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        revoked += u64::from(done);
+    }
+    Ok(revoked)
+}
+
 /// A person as a request sees them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

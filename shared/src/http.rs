@@ -7,5 +7,6 @@ pub mod etag;
 pub mod headers;
 pub mod locale;
 pub mod origin;
+pub mod rate_limit;
 
 pub use error::ApiError;

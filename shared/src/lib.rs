@@ -4,6 +4,7 @@
 //! router or event handler to the Lambda runtime; the local runner builds the same `Core` and
 //! mounts every function on one port.
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod branding;
@@ -13,6 +14,7 @@ pub mod db;
 pub mod http;
 pub mod identity;
 pub mod outbox;
+pub mod pwa;
 pub mod registry;
 pub mod settings;
 pub mod telemetry;

@@ -69,8 +69,12 @@ pub async fn serve(router: axum::Router) -> String {
     let address = listener
         .local_addr()
         .unwrap_or_else(|e| panic!("address: {e}"));
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        tcp.set_nodelay(true).ok();
+    });
     tokio::spawn(async move {
-        axum::serve(listener, router).await.ok();
+        let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, service).await.ok();
     });
     format!("http://{address}")
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use k2b_core::Core;
+use k2b_core::pwa::{self, PwaError};
 use k2b_core::registry::{RegistryError, store};
 use serde::Serialize;
 
@@ -18,6 +19,8 @@ pub const REGISTRY_PRUNE_BATCH: i64 = 100;
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct MaintenanceReport {
     pub registry_pruned: u64,
+    /// Pairing and device housekeeping.
+    pub pwa: pwa::maintenance::PwaMaintenanceReport,
 }
 
 /// The maintenance area's one error type.
@@ -25,18 +28,27 @@ pub struct MaintenanceReport {
 pub enum MaintenanceError {
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
+    #[error("pwa: {0}")]
+    Pwa(#[from] PwaError),
 }
 
 /// Runs every task once and logs one line saying what changed.
 pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let registry_pruned =
         store::prune_expired(&core.pool, REGISTRY_PRUNE_GRACE, REGISTRY_PRUNE_BATCH).await?;
-    let report = MaintenanceReport { registry_pruned };
+    let pwa = pwa::maintenance::run(core).await?;
+    let report = MaintenanceReport {
+        registry_pruned,
+        pwa,
+    };
     if report == MaintenanceReport::default() {
         tracing::debug!("maintenance run finished: nothing to do");
     } else {
         tracing::info!(
             registry_pruned = report.registry_pruned,
+            pairings_deleted = report.pwa.pairings_deleted,
+            devices_expired = report.pwa.devices_expired,
+            devices_purged = report.pwa.devices_purged,
             "maintenance run finished"
         );
     }

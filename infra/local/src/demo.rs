@@ -129,10 +129,26 @@ pub async fn demo_router(core: &Core) -> anyhow::Result<axum::Router> {
     Ok(provider.router())
 }
 
+/// The installed web app's shell, registered so that pairing a phone can be walked locally
+/// (start, claim, complete and renew need a live `pwa` app owning `/pwa`).
+pub fn pwa_shell_entry(base_url: &str) -> Value {
+    json!({
+        "id": k2b_core::pwa::SHELL_APP_ID,
+        "name": "Mobile app",
+        "icon": "ti ti-device-mobile",
+        "description": "The installed web app's shell",
+        "baseUrl": base_url,
+        "routes": [k2b_core::pwa::SHELL_ROUTE]
+    })
+}
+
 /// Seeds what is missing, keeping whatever is already there. Returns the admin's id.
 pub async fn seed(core: &Core) -> anyhow::Result<uuid::Uuid> {
     let mut conn = core.pool.acquire().await?;
     if let Some(existing) = auth::find_user_by_uid(&mut conn, ADMIN_UID).await? {
+        k2b_core::approvals::accept_legal_terms(&mut conn, existing.id)
+            .await
+            .context("record the administrator's acceptance of the terms")?;
         return Ok(existing.id);
     }
     let admin = auth::create_user(
@@ -148,6 +164,9 @@ pub async fn seed(core: &Core) -> anyhow::Result<uuid::Uuid> {
     )
     .await
     .context("seed the administrator")?;
+    k2b_core::approvals::accept_legal_terms(&mut conn, admin.id)
+        .await
+        .context("record the administrator's acceptance of the terms")?;
     if core.settings.get("app.name").await? == json!("My App") {
         core.settings
             .set("app.name", json!("K2B Cloud (local)"))

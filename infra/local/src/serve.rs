@@ -8,6 +8,7 @@ use anyhow::Context;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use k2b_core::Core;
 use k2b_core::config::Config;
@@ -79,11 +80,11 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
     let demo_url = format!("http://{}", demo_listener.local_addr()?);
     let demo_app = demo::demo_router(&core).await?;
     tokio::spawn(async move {
-        if let Err(error) = axum::serve(demo_listener, demo_app).await {
+        if let Err(error) = axum::serve(demo_listener.tap_io(no_delay), demo_app).await {
             tracing::warn!(error = %error, "demo app server stopped");
         }
     });
-    start_timers(&core, &demo_url);
+    start_timers(&core, &demo_url, &base_url);
 
     let app = router(core.clone());
     println!("demo app listening on {demo_url}");
@@ -96,10 +97,21 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
         "  sign in: cargo run -p k2b-local -- session issue --user {}   (prints a cookie for curl -b)",
         demo::ADMIN_UID
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    // Small writes (stream lines) leave at once instead of waiting for the previous one's ACK.
+    axum::serve(
+        listener.tap_io(no_delay),
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await?;
     Ok(())
+}
+
+/// Disables Nagle's algorithm on an accepted connection.
+fn no_delay(stream: &mut tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(error = %error, "TCP_NODELAY not set");
+    }
 }
 
 /// Every function's routes plus the runner's own.
@@ -112,7 +124,8 @@ pub fn router(core: Core) -> Router {
         .merge(registry::router(core.clone()))
         .merge(icons::router(core.clone()))
         .merge(manifest::router(core.clone()))
-        .merge(widgets::router(core))
+        .merge(widgets::router(core.clone()))
+        .merge(approvals::router(core))
 }
 
 /// Local only: drain every outbox now (instead of waiting for the minute's sweep).
@@ -158,16 +171,21 @@ async fn healthz(State(core): State<Core>) -> Response {
     }
 }
 
-fn start_timers(core: &Core, demo_url: &str) {
+fn start_timers(core: &Core, demo_url: &str, base_url: &str) {
     let heartbeat_core = core.clone();
-    let entry = demo::demo_app_entry(demo_url);
+    let entries = [
+        demo::demo_app_entry(demo_url),
+        demo::pwa_shell_entry(base_url),
+    ];
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(HEARTBEAT_PERIOD);
         loop {
             ticks.tick().await;
             let result = async {
                 let mut conn = heartbeat_core.pool.acquire().await?;
-                store::upsert(&mut conn, &entry, APP_REGISTRY_TTL).await?;
+                for entry in &entries {
+                    store::upsert(&mut conn, entry, APP_REGISTRY_TTL).await?;
+                }
                 anyhow::Ok(())
             }
             .await;

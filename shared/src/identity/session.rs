@@ -175,6 +175,26 @@ pub async fn issue_in_scope(
     })
 }
 
+/// Ends one session family (a sign-out of that session only); returns whether it was live.
+pub async fn revoke_family(
+    conn: &mut PgConnection,
+    sid: Uuid,
+    reason: &str,
+    request_id: Option<&str>,
+) -> Result<bool, IdentityError> {
+    let result = sqlx::query(
+        "UPDATE auth.session_families
+         SET revoked_at = now(), revocation_reason = $2, revoked_request_id = $3
+         WHERE sid = $1 AND revoked_at IS NULL",
+    )
+    .bind(sid)
+    .bind(reason)
+    .bind(bounded(request_id, 256))
+    .execute(conn)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
 /// Cuts a text to at most `max` bytes on a character boundary.
 fn bounded(value: Option<&str>, max: usize) -> Option<String> {
     let value = value?;

@@ -6,5 +6,6 @@ mod keys_function;
 mod local_runner;
 mod maintenance;
 mod outbox;
+mod pwa;
 mod registry_function;
 mod widgets;

@@ -1,0 +1,104 @@
+//! Administrators manage another person's paired devices (mounted with the Accounts API under
+//! `/api/accounts/users`). The admin role is the caller's current one; an app session never has
+//! it.
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use http::{HeaderMap, HeaderValue, header};
+use k2b_core::auth::{Actor, CurrentActor, Role};
+use k2b_core::http::ApiError;
+use k2b_core::http::origin::origin_allowed;
+use k2b_core::pwa::PwaError;
+use k2b_core::pwa::devices::{self, DeviceAdministrator};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::{ApprovalsState, RequestFacts};
+
+pub(crate) fn routes() -> Router<ApprovalsState> {
+    Router::new()
+        .route("/api/accounts/users/{id}/app-devices", get(list))
+        .route(
+            "/api/accounts/users/{id}/app-devices/{device_id}",
+            delete(revoke),
+        )
+}
+
+/// The administrator behind a request: 401 when anonymous, 403 without a person.
+fn administrator(actor: &Actor) -> Result<DeviceAdministrator, ApiError> {
+    if !actor.is_authenticated() {
+        return Err(ApiError::unauthorized());
+    }
+    let Some(person) = actor.person() else {
+        return Err(PwaError::Forbidden.to_api_error());
+    };
+    Ok(DeviceAdministrator {
+        user_id: person.id,
+        admin: person.has_role(Role::Admin) && !actor.is_app_session(),
+    })
+}
+
+fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn parse(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| PwaError::NotFound.to_api_error())
+}
+
+async fn list(
+    State(state): State<ApprovalsState>,
+    CurrentActor(actor): CurrentActor,
+    Path(id): Path<String>,
+) -> Response {
+    let result = async {
+        let admin = administrator(&actor)?;
+        let id = parse(&id)?;
+        devices::admin_list(&state.core, admin, id)
+            .await
+            .map_err(|e| e.to_api_error())
+    }
+    .await;
+    no_store(match result {
+        Ok(items) => Json(json!({ "devices": items })).into_response(),
+        Err(error) => error.into_response(),
+    })
+}
+
+async fn revoke(
+    State(state): State<ApprovalsState>,
+    CurrentActor(actor): CurrentActor,
+    Path((id, device_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let result = async {
+        // A browser's cookie-authenticated change must come from the installation's origin.
+        if !headers.contains_key(header::AUTHORIZATION) {
+            let expected = state
+                .core
+                .settings
+                .public_origin()
+                .await
+                .map_err(|_| PwaError::Unavailable("SettingsError").to_api_error())?;
+            if !origin_allowed(&http::Method::DELETE, &headers, &expected) {
+                return Err(PwaError::Forbidden.to_api_error());
+            }
+        }
+        let admin = administrator(&actor)?;
+        let (id, device_id) = (parse(&id)?, parse(&device_id)?);
+        let facts = RequestFacts::from_headers(&headers);
+        devices::admin_revoke(&state.core, admin, id, device_id, facts.request_id)
+            .await
+            .map_err(|e| e.to_api_error())
+    }
+    .await;
+    no_store(match result {
+        Ok(revoked) => Json(json!({ "revoked": revoked })).into_response(),
+        Err(error) => error.into_response(),
+    })
+}

@@ -1,0 +1,177 @@
+//! The `approvals` function: pairing the installed mobile web app with an account.
+//!
+//! - Web (`/api/auth/pwa/v1/...`, a browser session only): start, inspect, confirm and cancel a
+//!   pairing; list and revoke one's own devices.
+//! - Phone (`/pwa/_auth/...`, the only path that receives the device key): claim a pairing,
+//!   complete it, renew the app session, launch, rename and unpair.
+//! - Accounts (`/api/accounts/users/{id}/app-devices`, administrators): list and revoke another
+//!   person's devices.
+//!
+//! Every PWA response is `no-store`, `no-referrer` and varies by `Origin`; every state-changing
+//! request must come from the installation's own origin.
+
+mod admin;
+mod phone;
+mod sessions;
+mod web;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, FromRef, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use k2b_core::Core;
+use k2b_core::http::cookies::SetCookie;
+use k2b_core::http::headers::{client_request_id, request_id};
+use k2b_core::http::origin::origin_allowed;
+use k2b_core::http::rate_limit::RateLimiter;
+use k2b_core::pwa::PwaError;
+use serde_json::json;
+
+/// Shared state of the function's routers.
+#[derive(Clone)]
+pub struct ApprovalsState {
+    pub core: Core,
+    pub limiter: Arc<RateLimiter>,
+}
+
+impl FromRef<ApprovalsState> for Core {
+    fn from_ref(state: &ApprovalsState) -> Core {
+        state.core.clone()
+    }
+}
+
+/// The function's routes.
+pub fn router(core: Core) -> Router {
+    let state = ApprovalsState {
+        core,
+        limiter: Arc::new(RateLimiter::new()),
+    };
+    let pwa = web::routes()
+        .merge(phone::routes())
+        .layer(middleware::from_fn_with_state(state.clone(), transport));
+    pwa.merge(admin::routes())
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+/// Transport rules of both PWA routers: the privacy headers on every response, the `Origin`
+/// check for every method but GET and HEAD, and the per-client rate limit.
+async fn transport(State(state): State<ApprovalsState>, request: Request, next: Next) -> Response {
+    let mut response = guarded(&state, request, next).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    response
+}
+
+async fn guarded(state: &ApprovalsState, request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    if method != Method::GET && method != Method::HEAD {
+        let expected = match state.core.settings.public_origin().await {
+            Ok(origin) => origin,
+            Err(_) => return PwaError::Unavailable("SettingsError").into_response(),
+        };
+        // Every method but GET and HEAD (OPTIONS too) needs the installation's own origin.
+        if !origin_allowed(&Method::POST, request.headers(), &expected) {
+            return PwaError::Forbidden.into_response();
+        }
+    }
+    let limit = state
+        .core
+        .settings
+        .get("security.rate_limit_per_second")
+        .await
+        .ok()
+        .and_then(|v| v.as_f64())
+        .filter(|v| v.is_finite() && *v >= 1.0)
+        .map_or(60, |v| v.min(f64::from(u32::MAX)) as u32);
+    let router = if request
+        .uri()
+        .path()
+        .starts_with(k2b_core::pwa::PHONE_API_PATH)
+    {
+        "phone"
+    } else {
+        "web"
+    };
+    let key = format!("{router}:{}", client_address(&request));
+    if !state.limiter.allow(&key, limit) {
+        if request.uri().path() == "/pwa/_auth/session/launch" {
+            return phone::launch_redirect(phone::UNAVAILABLE_TARGET, &[]);
+        }
+        let mut response = (
+            StatusCode::TOO_MANY_REQUESTS,
+            Json(
+                json!({"code": "RATE_LIMITED", "message": "Too many requests. Try again shortly."}),
+            ),
+        )
+            .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    next.run(request).await
+}
+
+/// The client's address as the platform saw it: API Gateway's source IP, else the socket's
+/// peer. Forwarded headers are never trusted.
+fn client_address(request: &Request) -> String {
+    use lambda_http::request::RequestContext;
+    let from_gateway =
+        request
+            .extensions()
+            .get::<RequestContext>()
+            .and_then(|context| match context {
+                RequestContext::ApiGatewayV1(c) => c.identity.source_ip.clone(),
+                RequestContext::ApiGatewayV2(c) => c.http.source_ip.clone(),
+                _ => None,
+            });
+    from_gateway
+        .or_else(|| {
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Facts of a request every handler uses.
+pub(crate) struct RequestFacts {
+    pub request_id: Option<String>,
+    pub user_agent: Option<String>,
+}
+
+impl RequestFacts {
+    pub fn from_headers(headers: &HeaderMap) -> RequestFacts {
+        RequestFacts {
+            request_id: client_request_id(headers),
+            user_agent: headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        }
+    }
+}
+
+/// A response with cookies.
+pub(crate) fn with_cookies(mut response: Response, cookies: &[SetCookie]) -> Response {
+    for cookie in cookies {
+        cookie.append_to(response.headers_mut());
+    }
+    response
+}
+
+/// Whether cookies carry `Secure` (everywhere but local mode's plain HTTP).
+pub(crate) fn secure_cookies(core: &Core) -> bool {
+    !core.config.mode.is_local()
+}

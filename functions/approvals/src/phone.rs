@@ -1,0 +1,435 @@
+//! The phone's side (`/pwa/_auth`): the only path the device key cookie is sent to.
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use k2b_core::Core;
+use k2b_core::http::body::read_json;
+use k2b_core::http::cookies::{SameSiteMode, SetCookie, get_cookie};
+use k2b_core::identity::session::SESSION_COOKIE as WEB_SESSION_COOKIE;
+use k2b_core::pwa::launch::launch_target;
+use k2b_core::pwa::pairing::{CompleteRequest, Completion, Credentials};
+use k2b_core::pwa::renew::{RenewOutcome, RenewRequest};
+use k2b_core::pwa::{self, Platform, PwaError, devices, pairing, renew};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::sessions::{device_key, presented};
+use crate::{ApprovalsState, RequestFacts, secure_cookies, with_cookies};
+
+/// Where launch sends the app when the service cannot answer.
+pub(crate) const UNAVAILABLE_TARGET: &str = "/pwa/?pwa=unavailable";
+
+pub(crate) fn routes() -> Router<ApprovalsState> {
+    Router::new()
+        .route("/pwa/_auth/pairings/claim", post(claim))
+        .route("/pwa/_auth/pairings/complete", post(complete))
+        .route("/pwa/_auth/session/renew", post(renew_session))
+        .route("/pwa/_auth/session/launch", get(launch))
+        .route(
+            "/pwa/_auth/session",
+            axum::routing::patch(rename).delete(unpair),
+        )
+}
+
+fn pairing_cookie_removal(core: &Core) -> SetCookie {
+    SetCookie::removal(pwa::PAIRING_COOKIE, pwa::PAIRING_COOKIE_PATH)
+        .same_site(SameSiteMode::Strict)
+        .secure(secure_cookies(core))
+}
+
+/// Removes the app session and the device key.
+fn credential_removals(core: &Core) -> Vec<SetCookie> {
+    let secure = secure_cookies(core);
+    removals(secure)
+}
+
+fn removals(secure: bool) -> Vec<SetCookie> {
+    vec![
+        SetCookie::removal(pwa::SESSION_COOKIE, "/").secure(secure),
+        SetCookie::removal(pwa::DEVICE_COOKIE, pwa::PHONE_API_PATH).secure(secure),
+    ]
+}
+
+/// The app session and device key cookies of new credentials.
+fn credential_cookies(core: &Core, credentials: &Credentials) -> Vec<SetCookie> {
+    new_credentials(secure_cookies(core), credentials)
+}
+
+fn new_credentials(secure: bool, credentials: &Credentials) -> Vec<SetCookie> {
+    vec![
+        SetCookie::new(
+            pwa::SESSION_COOKIE,
+            credentials.session.token.clone(),
+            pwa::SESSION_SECONDS,
+        )
+        .secure(secure),
+        SetCookie::new(
+            pwa::DEVICE_COOKIE,
+            credentials.device_key.encode(),
+            pwa::DEVICE_COOKIE_MAX_AGE,
+        )
+        .path(pwa::PHONE_API_PATH)
+        .secure(secure),
+    ]
+}
+
+async fn require_shell(core: &Core) -> Result<(), PwaError> {
+    if pwa::shell_available(core).await? {
+        Ok(())
+    } else {
+        Err(PwaError::Unavailable("ShellUnavailable"))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimBody {
+    secret: String,
+    platform: String,
+}
+
+async fn claim(State(state): State<ApprovalsState>, headers: HeaderMap, body: Body) -> Response {
+    let core = &state.core;
+    let result = async {
+        let body: ClaimBody = read_json(&headers, body, pwa::BODY_BYTES)
+            .await
+            .map_err(|_| PwaError::InvalidRequest)?;
+        let platform = Platform::parse(&body.platform).ok_or(PwaError::InvalidRequest)?;
+        if !k2b_core::approvals::is_secret_shaped(&body.secret) {
+            return Err(PwaError::InvalidRequest);
+        }
+        require_shell(core).await?;
+        let facts = RequestFacts::from_headers(&headers);
+        pairing::claim(core, &body.secret, platform, facts.user_agent.as_deref()).await
+    }
+    .await;
+    match result {
+        Ok(claimed) => {
+            let cookie = pairing_cookie(
+                secure_cookies(core),
+                &claimed.completion_secret,
+                claimed.expires_at,
+            );
+            with_cookies(
+                Json(json!({
+                    "code": claimed.code,
+                    "account": claimed.account,
+                    "expiresAt": claimed.expires_at,
+                }))
+                .into_response(),
+                &[cookie],
+            )
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The completion secret's cookie: only the pairing routes receive it, until the pairing expires.
+fn pairing_cookie(secure: bool, secret: &str, expires_at: chrono::DateTime<Utc>) -> SetCookie {
+    let max_age = ((expires_at - Utc::now()).num_milliseconds() as f64 / 1000.0)
+        .ceil()
+        .max(1.0) as i64;
+    SetCookie::new(pwa::PAIRING_COOKIE, secret, max_age)
+        .path(pwa::PAIRING_COOKIE_PATH)
+        .same_site(SameSiteMode::Strict)
+        .secure(secure)
+}
+
+async fn complete(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
+    let core = &state.core;
+    let result = async {
+        require_shell(core).await?;
+        let sessions = presented(core, &headers).await?;
+        let facts = RequestFacts::from_headers(&headers);
+        pairing::complete(
+            core,
+            CompleteRequest {
+                completion_secret: get_cookie(&headers, pwa::PAIRING_COOKIE).map(str::to_string),
+                device_key: device_key(&headers),
+                app_session: sessions.app,
+                web_user_id: sessions.web.as_ref().map(|w| w.actor.user_id),
+                request_id: facts.request_id,
+                user_agent: facts.user_agent,
+            },
+        )
+        .await
+        .map(|completion| (completion, sessions.web_cookie_sent))
+    }
+    .await;
+    match result {
+        Ok((
+            Completion::Waiting {
+                code,
+                account,
+                expires_at,
+            },
+            _,
+        )) => (
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "state": "waiting",
+                "code": code,
+                "account": account,
+                "expiresAt": expires_at,
+            })),
+        )
+            .into_response(),
+        Ok((
+            Completion::Paired {
+                credentials,
+                platform,
+            },
+            web_cookie_sent,
+        )) => {
+            let response = Json(json!({"state": "paired"})).into_response();
+            let Some(credentials) = credentials else {
+                return response;
+            };
+            let mut cookies = credential_cookies(core, &credentials);
+            cookies.push(pairing_cookie_removal(core));
+            if platform == Platform::Ios && web_cookie_sent {
+                // On iOS the installed app holds only a copy of the browser's cookies: the web
+                // session must not live on in the app.
+                cookies
+                    .push(SetCookie::removal(WEB_SESSION_COOKIE, "/").secure(secure_cookies(core)));
+            }
+            with_cookies(response, &cookies)
+        }
+        Err(error @ PwaError::Expired { .. }) => {
+            with_cookies(error.into_response(), &[pairing_cookie_removal(core)])
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// Runs a renewal with what the request carries.
+async fn run_renew(
+    core: &Core,
+    headers: &HeaderMap,
+) -> Result<(RenewOutcome, crate::sessions::Presented), PwaError> {
+    let sessions = presented(core, headers).await?;
+    let facts = RequestFacts::from_headers(headers);
+    let outcome = renew::renew(
+        core,
+        RenewRequest {
+            device_key: device_key(headers),
+            app_session: sessions.app,
+            request_id: facts.request_id,
+            user_agent: facts.user_agent,
+        },
+    )
+    .await?;
+    Ok((outcome, sessions))
+}
+
+async fn renew_session(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
+    let core = &state.core;
+    let result = async {
+        require_shell(core).await?;
+        run_renew(core, &headers).await
+    }
+    .await;
+    let (outcome, sessions) = match result {
+        Ok(found) => found,
+        Err(error) => return error.into_response(),
+    };
+    let (user_id, cookies, renewed) = match &outcome {
+        RenewOutcome::Missing | RenewOutcome::Ended => {
+            return with_cookies(
+                PwaError::Unpaired.into_response(),
+                &credential_removals(core),
+            );
+        }
+        RenewOutcome::Blocked => return PwaError::AccountBlocked.into_response(),
+        RenewOutcome::Current { user_id } => (*user_id, Vec::new(), false),
+        RenewOutcome::Renewed {
+            user_id,
+            credentials,
+        } => (*user_id, credential_cookies(core, credentials), true),
+    };
+    let mut body = json!({ "renewed": renewed });
+    if let Some(web) = sessions.web.filter(|w| w.user.id != user_id) {
+        body["otherAccount"] = json!({ "name": web.user.shown_name() });
+    }
+    with_cookies(Json(body).into_response(), &cookies)
+}
+
+/// A 302 to `target` with cookies.
+pub(crate) fn launch_redirect(target: &str, cookies: &[SetCookie]) -> Response {
+    let mut response = StatusCode::FOUND.into_response();
+    if let Ok(value) = HeaderValue::from_str(target) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    with_cookies(response, cookies)
+}
+
+#[derive(Deserialize)]
+struct LaunchQuery {
+    to: Option<String>,
+}
+
+async fn launch(
+    State(state): State<ApprovalsState>,
+    Query(query): Query<LaunchQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let core = &state.core;
+    let result = async {
+        require_shell(core).await?;
+        run_renew(core, &headers).await
+    }
+    .await;
+    match result {
+        Ok((RenewOutcome::Renewed { credentials, .. }, _)) => launch_redirect(
+            &launch_target(query.to.as_deref()),
+            &credential_cookies(core, &credentials),
+        ),
+        Ok((RenewOutcome::Current { .. }, _)) => {
+            launch_redirect(&launch_target(query.to.as_deref()), &[])
+        }
+        Ok((RenewOutcome::Blocked, _)) => launch_redirect("/pwa/?pwa=blocked", &[]),
+        Ok((RenewOutcome::Ended, _)) => {
+            launch_redirect("/pwa/?pwa=ended", &credential_removals(core))
+        }
+        Ok((RenewOutcome::Missing, _)) => launch_redirect("/pwa/?pwa=new", &[]),
+        Err(error) => {
+            if let PwaError::Unavailable(name) = error {
+                tracing::warn!(error = name, "pwa launch unavailable");
+            }
+            launch_redirect(UNAVAILABLE_TARGET, &[])
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenameBody {
+    name: String,
+}
+
+async fn rename(State(state): State<ApprovalsState>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let body: RenameBody = read_json(&headers, body, pwa::BODY_BYTES)
+            .await
+            .map_err(|_| PwaError::InvalidRequest)?;
+        let facts = RequestFacts::from_headers(&headers);
+        devices::rename(
+            &state.core,
+            device_key(&headers).as_ref(),
+            &body.name,
+            facts.request_id,
+        )
+        .await
+    }
+    .await;
+    match result {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn unpair(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
+    let core = &state.core;
+    let facts = RequestFacts::from_headers(&headers);
+    let mut cookies = credential_removals(core);
+    cookies.push(pairing_cookie_removal(core));
+    match devices::unpair(core, device_key(&headers).as_ref(), facts.request_id).await {
+        Ok(()) => with_cookies(StatusCode::NO_CONTENT.into_response(), &cookies),
+        Err(error) => error.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k2b_core::identity::session::IssuedSession;
+    use k2b_core::pwa::DeviceKey;
+
+    fn header(cookie: &SetCookie) -> String {
+        cookie
+            .header_value()
+            .to_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn attributes(cookie: &SetCookie) -> Vec<String> {
+        header(cookie)
+            .split(';')
+            .skip(1)
+            .map(|a| a.trim().to_string())
+            .collect()
+    }
+
+    /// Outside local mode every PWA cookie is `Secure`, with the attributes of spec §2.3.
+    #[test]
+    fn cookies_are_secure_outside_local_mode() {
+        let now = Utc::now();
+        let credentials = Credentials {
+            device_key: DeviceKey {
+                device_id: uuid::Uuid::nil(),
+                secret: "a".repeat(43),
+            },
+            session: IssuedSession {
+                token: "token".into(),
+                sid: uuid::Uuid::nil(),
+                issued_at: now,
+                expires_at: now + chrono::Duration::seconds(86_400),
+            },
+        };
+        let cookies = new_credentials(true, &credentials);
+        let session = attributes(&cookies[0]);
+        for expected in [
+            "HttpOnly",
+            "Secure",
+            "SameSite=Lax",
+            "Path=/",
+            "Max-Age=86400",
+        ] {
+            assert!(session.contains(&expected.to_string()), "{session:?}");
+        }
+        let device = attributes(&cookies[1]);
+        for expected in [
+            "HttpOnly",
+            "Secure",
+            "SameSite=Lax",
+            "Path=/pwa/_auth",
+            "Max-Age=12960000",
+        ] {
+            assert!(device.contains(&expected.to_string()), "{device:?}");
+        }
+        let pairing = attributes(&pairing_cookie(
+            true,
+            "secret",
+            now + chrono::Duration::milliseconds(599_100),
+        ));
+        for expected in [
+            "HttpOnly",
+            "Secure",
+            "SameSite=Strict",
+            "Path=/pwa/_auth/pairings",
+            "Max-Age=600",
+        ] {
+            assert!(pairing.contains(&expected.to_string()), "{pairing:?}");
+        }
+        let expired = attributes(&pairing_cookie(true, "secret", now));
+        assert!(
+            expired.contains(&"Max-Age=1".to_string()),
+            "at least one second"
+        );
+        for removal in removals(true) {
+            let attrs = attributes(&removal);
+            assert!(
+                attrs.contains(&"Max-Age=0".to_string()) && attrs.contains(&"Secure".to_string())
+            );
+        }
+        assert!(
+            !attributes(&new_credentials(false, &credentials)[0]).contains(&"Secure".to_string())
+        );
+    }
+}
