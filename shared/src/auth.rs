@@ -175,13 +175,17 @@ pub async fn roles_of(
 
 /// Signs the account out everywhere: the epoch moves on (which ends every session, pairing and
 /// device made before), live session families are revoked, and every paired device is revoked
-/// with reason `sign_out_everywhere`. Runs in the caller's transaction; returns how many devices
+/// with reason `sign_out_everywhere`, audited as `actor`'s act (the owner or an administrator;
+/// `None` for the platform itself). Runs in the caller's transaction; returns how many devices
 /// were revoked.
 pub async fn sign_out_everywhere(
     conn: &mut PgConnection,
     user_id: Uuid,
+    actor: Option<Uuid>,
     request_id: Option<String>,
 ) -> Result<u64, AuthError> {
+    use crate::pwa::devices::{RevokeBy, revoke_device};
+    let by = actor.map_or(RevokeBy::System, RevokeBy::User);
     if lock_user(conn, user_id).await?.is_none() {
         return Ok(0);
     }
@@ -206,15 +210,9 @@ pub async fn sign_out_everywhere(
     .await?;
     let mut revoked = 0;
     for device in devices {
-        let done = crate::pwa::devices::revoke_device(
-            conn,
-            device,
-            "sign_out_everywhere",
-            crate::pwa::devices::RevokeBy::Owner,
-            request_id.clone(),
-        )
-        .await
-        .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let done = revoke_device(conn, device, "sign_out_everywhere", by, request_id.clone())
+            .await
+            .map_err(|e| AuthError::Invalid(e.to_string()))?;
         revoked += u64::from(done);
     }
     Ok(revoked)

@@ -148,6 +148,17 @@ pub enum IdentityError {
     Shared(Arc<IdentityError>),
 }
 
+impl From<crate::auth::AuthError> for IdentityError {
+    /// A database failure stays one (it is not a statement about the account).
+    fn from(error: crate::auth::AuthError) -> Self {
+        match error {
+            crate::auth::AuthError::Database(e) => IdentityError::Database(e),
+            crate::auth::AuthError::Settings(e) => IdentityError::Settings(e),
+            _ => IdentityError::AccountUnavailable,
+        }
+    }
+}
+
 impl From<crate::db::DbError> for IdentityError {
     fn from(error: crate::db::DbError) -> Self {
         match error {

@@ -155,6 +155,18 @@ impl DeviceKey {
     }
 }
 
+/// A path id: a hyphenated UUID (36 characters), nothing looser.
+pub fn parse_id(raw: &str) -> Option<Uuid> {
+    if raw.len() != 36 {
+        return None;
+    }
+    let id = Uuid::try_parse(raw).ok()?;
+    id.hyphenated()
+        .to_string()
+        .eq_ignore_ascii_case(raw)
+        .then_some(id)
+}
+
 /// Whether the installed web app's shell is available: a live registered app `pwa` owns `/pwa`.
 /// Without it, start, claim, complete and renew answer 503; management still works.
 pub async fn shell_available(core: &Core) -> Result<bool, PwaError> {
@@ -228,6 +240,40 @@ mod tests {
         ] {
             assert!(DeviceKey::parse(&bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn path_ids_are_hyphenated_uuids() {
+        let id = Uuid::new_v4();
+        assert_eq!(parse_id(&id.to_string()), Some(id));
+        assert_eq!(parse_id(&id.to_string().to_uppercase()), Some(id));
+        for bad in [
+            id.simple().to_string(),
+            format!("{{{id}}}"),
+            format!("urn:uuid:{id}"),
+            "not-a-uuid".to_string(),
+        ] {
+            assert_eq!(parse_id(&bad), None, "{bad}");
+        }
+    }
+
+    /// The limits of spec §2.1 (`PWA_LIMITS`).
+    #[test]
+    fn limits_are_the_specified_ones() {
+        assert_eq!(BODY_BYTES, 8192);
+        assert_eq!(LINK_CLAIM_SECONDS, 300);
+        assert_eq!(PAIRING_SECONDS, 600);
+        assert_eq!(RECENT_SESSION_SECONDS, 600);
+        assert_eq!(CONFIRM_ATTEMPTS, 3);
+        assert_eq!(DEVICES_PER_ACCOUNT, 20);
+        assert_eq!(PENDING_PER_ACCOUNT, 5);
+        assert_eq!(IDLE_DAYS, 150);
+        assert_eq!(SESSION_SECONDS, 86_400);
+        assert_eq!(RENEW_WITHIN_SECONDS, 43_200);
+        assert_eq!(ROTATION_GRACE_SECONDS, 60);
+        assert_eq!(POLL_SECONDS, 5);
+        assert_eq!(NAME_MAX_LENGTH, 80);
+        assert_eq!(DEVICE_COOKIE_MAX_AGE, IDLE_DAYS * 86_400);
     }
 
     #[test]

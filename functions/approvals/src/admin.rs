@@ -48,7 +48,7 @@ fn no_store(mut response: Response) -> Response {
 }
 
 fn parse(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| PwaError::NotFound.to_api_error())
+    k2b_core::pwa::parse_id(raw).ok_or_else(|| PwaError::NotFound.to_api_error())
 }
 
 async fn list(

@@ -1,7 +1,7 @@
 //! The phone's side (`/pwa/_auth`): the only path the device key cookie is sent to.
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -268,17 +268,18 @@ pub(crate) fn launch_redirect(target: &str, cookies: &[SetCookie]) -> Response {
     with_cookies(response, cookies)
 }
 
-#[derive(Deserialize)]
-struct LaunchQuery {
-    to: Option<String>,
-}
-
 async fn launch(
     State(state): State<ApprovalsState>,
-    Query(query): Query<LaunchQuery>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
     let core = &state.core;
+    // The first `to` (launch always redirects, whatever the query holds).
+    let to = query.and_then(|query| {
+        url::form_urlencoded::parse(query.as_bytes())
+            .find(|(key, _)| key == "to")
+            .map(|(_, value)| value.into_owned())
+    });
     let result = async {
         require_shell(core).await?;
         run_renew(core, &headers).await
@@ -286,11 +287,11 @@ async fn launch(
     .await;
     match result {
         Ok((RenewOutcome::Renewed { credentials, .. }, _)) => launch_redirect(
-            &launch_target(query.to.as_deref()),
+            &launch_target(to.as_deref()),
             &credential_cookies(core, &credentials),
         ),
         Ok((RenewOutcome::Current { .. }, _)) => {
-            launch_redirect(&launch_target(query.to.as_deref()), &[])
+            launch_redirect(&launch_target(to.as_deref()), &[])
         }
         Ok((RenewOutcome::Blocked, _)) => launch_redirect("/pwa/?pwa=blocked", &[]),
         Ok((RenewOutcome::Ended, _)) => {
@@ -338,10 +339,13 @@ async fn unpair(State(state): State<ApprovalsState>, headers: HeaderMap) -> Resp
     let facts = RequestFacts::from_headers(&headers);
     let mut cookies = credential_removals(core);
     cookies.push(pairing_cookie_removal(core));
-    match devices::unpair(core, device_key(&headers).as_ref(), facts.request_id).await {
-        Ok(()) => with_cookies(StatusCode::NO_CONTENT.into_response(), &cookies),
-        Err(error) => error.into_response(),
+    // The phone forgets its pairing whatever happens here.
+    if let Err(PwaError::Unavailable(name)) =
+        devices::unpair(core, device_key(&headers).as_ref(), facts.request_id).await
+    {
+        tracing::warn!(error = name, "pwa unpair failed");
     }
+    with_cookies(StatusCode::NO_CONTENT.into_response(), &cookies)
 }
 
 #[cfg(test)]

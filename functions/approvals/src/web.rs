@@ -27,7 +27,7 @@ pub(crate) fn routes() -> Router<ApprovalsState> {
 
 /// A path id: a UUID, else 400.
 fn parse_id(raw: &str) -> Result<Uuid, PwaError> {
-    Uuid::parse_str(raw).map_err(|_| PwaError::InvalidRequest)
+    pwa::parse_id(raw).ok_or(PwaError::InvalidRequest)
 }
 
 async fn start(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {

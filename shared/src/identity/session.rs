@@ -68,12 +68,23 @@ impl SessionRequest {
 }
 
 /// An issued session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct IssuedSession {
     pub token: String,
     pub sid: Uuid,
     pub issued_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for IssuedSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedSession")
+            .field("token", &"[REDACTED]")
+            .field("sid", &self.sid)
+            .field("issued_at", &self.issued_at)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 impl IssuedSession {
@@ -106,8 +117,7 @@ pub async fn issue_in_scope(
     request: &SessionRequest,
 ) -> Result<IssuedSession, IdentityError> {
     let user = crate::auth::lock_user(&mut scope.tx, request.user_id)
-        .await
-        .map_err(|_| IdentityError::AccountUnavailable)?
+        .await?
         .ok_or(IdentityError::AccountUnavailable)?;
     if !settings
         .category_enabled(&mut scope.tx, user.category())
@@ -294,10 +304,7 @@ pub async fn validate_session(
     let Some((device, user_id)) = row else {
         return Ok(None);
     };
-    let Some(user) = crate::auth::find_user(conn, user_id)
-        .await
-        .map_err(|_| IdentityError::AccountUnavailable)?
-    else {
+    let Some(user) = crate::auth::find_user(conn, user_id).await? else {
         return Ok(None);
     };
     if !settings.category_enabled(conn, user.category()).await? {

@@ -113,7 +113,7 @@ pub struct Credentials {
 }
 
 /// What the phone presents when it completes.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct CompleteRequest {
     pub completion_secret: Option<String>,
     pub device_key: Option<DeviceKey>,
@@ -122,6 +122,21 @@ pub struct CompleteRequest {
     pub web_user_id: Option<Uuid>,
     pub request_id: Option<String>,
     pub user_agent: Option<String>,
+}
+
+impl std::fmt::Debug for CompleteRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompleteRequest")
+            .field(
+                "completion_secret",
+                &self.completion_secret.as_ref().map(|_| "[REDACTED]"),
+            )
+            .field("device_key", &self.device_key)
+            .field("app_session", &self.app_session)
+            .field("web_user_id", &self.web_user_id)
+            .field("request_id", &self.request_id)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, FromRow)]
@@ -393,24 +408,7 @@ pub async fn confirm(
     if expected.is_empty() || !codes_match(code, expected) {
         let failed = row.failed_attempts.saturating_add(1);
         if failed >= CONFIRM_ATTEMPTS {
-            sqlx::query(
-                "UPDATE auth.pwa_pairings SET failed_attempts = $2, state = 'cancelled' WHERE id = $1",
-            )
-            .bind(row.id)
-            .bind(CONFIRM_ATTEMPTS)
-            .execute(&mut *tx)
-            .await?;
-            audit::record(
-                &mut tx,
-                &audit_record(
-                    "auth.pwa.pairing.cancel",
-                    actor.user_id,
-                    ("pwa_pairing", row.id),
-                    request_id,
-                )
-                .meta("reason", "wrong_code"),
-            )
-            .await?;
+            cancel_in_tx(&mut tx, actor.user_id, row.id, "wrong_code", request_id).await?;
             tx.commit().await?;
             return Err(PwaError::Expired {
                 attempts_left: Some(0),
@@ -462,22 +460,41 @@ pub async fn cancel(
         "cancelled" => return Ok(()),
         _ => {}
     }
-    sqlx::query("UPDATE auth.pwa_pairings SET state = 'cancelled' WHERE id = $1")
-        .bind(row.id)
-        .execute(&mut *tx)
-        .await?;
+    cancel_in_tx(&mut tx, actor.user_id, row.id, "user", request_id).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Cancels a pairing (its failed attempts at the limit when the reason is wrong codes) and
+/// writes the audit row.
+async fn cancel_in_tx(
+    tx: &mut PgConnection,
+    user_id: Uuid,
+    pairing_id: Uuid,
+    reason: &str,
+    request_id: Option<String>,
+) -> Result<(), PwaError> {
+    sqlx::query(
+        "UPDATE auth.pwa_pairings SET state = 'cancelled',
+            failed_attempts = CASE WHEN $2 THEN $3 ELSE failed_attempts END
+         WHERE id = $1",
+    )
+    .bind(pairing_id)
+    .bind(reason == "wrong_code")
+    .bind(CONFIRM_ATTEMPTS)
+    .execute(&mut *tx)
+    .await?;
     audit::record(
-        &mut tx,
+        tx,
         &audit_record(
             "auth.pwa.pairing.cancel",
-            actor.user_id,
-            ("pwa_pairing", row.id),
+            user_id,
+            ("pwa_pairing", pairing_id),
             request_id,
         )
-        .meta("reason", "user"),
+        .meta("reason", reason),
     )
     .await?;
-    tx.commit().await?;
     Ok(())
 }
 
@@ -495,24 +512,76 @@ pub(crate) async fn app_eligible(
     Ok(approvals::legal_accepted(conn, user.id).await?)
 }
 
-/// Issues an app session for `device_id` in the scope's transaction.
-pub(crate) async fn issue_app_session(
+/// How a device's key changes when the device gets a new session.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum KeyChange {
+    /// A device just made with this secret's hash: no change.
+    New(String),
+    /// The current key becomes the previous one.
+    Rotate,
+    /// A new current key; the previous one stays (the app came back with it).
+    KeepPrevious,
+}
+
+/// A new key and app session for a device, in the scope's transaction (which already holds the
+/// user and device locks); `recover` writes the `device.recover` audit row.
+pub(crate) async fn reissue(
     scope: &mut crate::identity::SigningScope,
     core: &Core,
-    user_id: Uuid,
-    device_id: Uuid,
-    request_id: Option<String>,
-    user_agent: Option<String>,
-) -> Result<IssuedSession, PwaError> {
+    device: (Uuid, Uuid),
+    change: KeyChange,
+    recover: bool,
+    client: (Option<String>, Option<String>),
+) -> Result<Credentials, PwaError> {
+    let ((user_id, device_id), (request_id, user_agent)) = (device, client);
+    let statement = match change {
+        KeyChange::New(_) => None,
+        KeyChange::Rotate => Some(
+            "UPDATE auth.pwa_devices SET previous_secret_hash = secret_hash, secret_hash = $2,
+                rotated_at = now(), last_used_at = now()
+             WHERE id = $1",
+        ),
+        KeyChange::KeepPrevious => Some(
+            "UPDATE auth.pwa_devices SET secret_hash = $2, rotated_at = now(), last_used_at = now()
+             WHERE id = $1",
+        ),
+    };
+    let secret = match change {
+        KeyChange::New(secret) => secret,
+        _ => create_secret(),
+    };
+    if let Some(statement) = statement {
+        sqlx::query(statement)
+            .bind(device_id)
+            .bind(hash_secret(&secret))
+            .execute(&mut *scope.tx)
+            .await?;
+    }
     let request = SessionRequest {
         user_id,
         device_id: Some(device_id),
         ttl: Some(Duration::from_secs(super::SESSION_SECONDS as u64)),
-        request_id,
+        request_id: request_id.clone(),
         user_agent,
         legal_pending: false,
     };
-    Ok(issue_in_scope(scope, &core.settings, &request).await?)
+    let session = issue_in_scope(scope, &core.settings, &request).await?;
+    if recover {
+        audit::record(
+            &mut scope.tx,
+            &audit_record(
+                "auth.pwa.device.recover",
+                user_id,
+                ("pwa_device", device_id),
+                request_id,
+            ),
+        )
+        .await?;
+    }
+    Ok(Credentials {
+        device_key: DeviceKey { device_id, secret },
+        session,
+    })
 }
 
 /// The phone asks to complete: waiting while the web has not confirmed; then the device is made
@@ -645,35 +714,33 @@ async fn complete_in_scope(
     if active >= DEVICES_PER_ACCOUNT {
         return Err(PwaError::LimitReached);
     }
-    let device_key = DeviceKey {
-        device_id: Uuid::new_v4(),
-        secret: create_secret(),
-    };
+    let device_id = Uuid::new_v4();
+    let secret = create_secret();
     sqlx::query(
         "INSERT INTO auth.pwa_devices (id, user_id, name, platform, auth_epoch, secret_hash,
             rotated_at, created_at, last_used_at)
          VALUES ($1, $2, $3, $4, $5, $6, now(), now(), now())",
     )
-    .bind(device_key.device_id)
+    .bind(device_id)
     .bind(user.id)
     .bind(row.device_name.as_deref().unwrap_or("Phone"))
     .bind(platform.as_str())
     .bind(user.auth_epoch)
-    .bind(hash_secret(&device_key.secret))
+    .bind(hash_secret(&secret))
     .execute(&mut *scope.tx)
     .await?;
-    let session = issue_app_session(
+    let credentials = reissue(
         scope,
         core,
-        user.id,
-        device_key.device_id,
-        request.request_id.clone(),
-        request.user_agent.clone(),
+        (user.id, device_id),
+        KeyChange::New(secret),
+        false,
+        (request.request_id.clone(), request.user_agent.clone()),
     )
     .await?;
     sqlx::query("UPDATE auth.pwa_pairings SET state = 'completed', device_id = $2 WHERE id = $1")
         .bind(row.id)
-        .bind(device_key.device_id)
+        .bind(device_id)
         .execute(&mut *scope.tx)
         .await?;
     audit::record(
@@ -681,7 +748,7 @@ async fn complete_in_scope(
         &audit_record(
             "auth.pwa.device.enroll",
             user.id,
-            ("pwa_device", device_key.device_id),
+            ("pwa_device", device_id),
             request.request_id.clone(),
         )
         .meta("platform", platform.as_str())
@@ -689,10 +756,7 @@ async fn complete_in_scope(
     )
     .await?;
     Ok(Completion::Paired {
-        credentials: Some(Credentials {
-            device_key,
-            session,
-        }),
+        credentials: Some(credentials),
         platform,
     })
 }
@@ -724,43 +788,17 @@ async fn retry(
         return Err(PwaError::AccountBlocked);
     }
     devices::revoke_families(&mut scope.tx, device.id, "app_device_rotated").await?;
-    let secret = create_secret();
-    sqlx::query(
-        "UPDATE auth.pwa_devices SET previous_secret_hash = secret_hash, secret_hash = $2,
-            rotated_at = now(), last_used_at = now()
-         WHERE id = $1",
-    )
-    .bind(device.id)
-    .bind(hash_secret(&secret))
-    .execute(&mut *scope.tx)
-    .await?;
-    let session = issue_app_session(
+    let credentials = reissue(
         scope,
         core,
-        user.id,
-        device.id,
-        request.request_id.clone(),
-        request.user_agent.clone(),
-    )
-    .await?;
-    audit::record(
-        &mut scope.tx,
-        &audit_record(
-            "auth.pwa.device.recover",
-            user.id,
-            ("pwa_device", device.id),
-            request.request_id.clone(),
-        ),
+        (user.id, device.id),
+        KeyChange::Rotate,
+        true,
+        (request.request_id.clone(), request.user_agent.clone()),
     )
     .await?;
     Ok(Completion::Paired {
-        credentials: Some(Credentials {
-            device_key: DeviceKey {
-                device_id: device.id,
-                secret,
-            },
-            session,
-        }),
+        credentials: Some(credentials),
         platform,
     })
 }

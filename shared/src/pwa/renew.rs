@@ -7,11 +7,10 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::devices::{self, KeyMatch, RevokeBy};
-use super::pairing::{Credentials, app_eligible, issue_app_session};
+use super::pairing::{Credentials, KeyChange, app_eligible, reissue};
 use super::{AppSession, DeviceKey, PwaError, RENEW_WITHIN_SECONDS, ROTATION_GRACE_SECONDS};
 use crate::Core;
-use crate::approvals::{self, create_secret, hash_secret};
-use crate::audit::{self, AuditActor, AuditRecord, AuditTarget, Outcome};
+use crate::approvals;
 use crate::auth;
 use crate::identity::{IssueOptions, Purpose, SigningScope};
 
@@ -146,48 +145,23 @@ async fn renew_in_scope(
             true
         }
     };
-    let secret = create_secret();
-    let statement = if recover {
+    let change = if recover {
         // The previous key came back: a new current key, the previous one unchanged.
-        "UPDATE auth.pwa_devices SET secret_hash = $2, rotated_at = now(), last_used_at = now()
-         WHERE id = $1"
+        KeyChange::KeepPrevious
     } else {
-        "UPDATE auth.pwa_devices SET previous_secret_hash = secret_hash, secret_hash = $2,
-            rotated_at = now(), last_used_at = now()
-         WHERE id = $1"
+        KeyChange::Rotate
     };
-    sqlx::query(statement)
-        .bind(device.id)
-        .bind(hash_secret(&secret))
-        .execute(&mut *scope.tx)
-        .await?;
-    let session = issue_app_session(
+    let credentials = reissue(
         scope,
         core,
-        user.id,
-        device.id,
-        request.request_id.clone(),
-        request.user_agent.clone(),
+        (user.id, device.id),
+        change,
+        recover,
+        (request.request_id.clone(), request.user_agent.clone()),
     )
     .await?;
-    if recover {
-        audit::record(
-            &mut scope.tx,
-            &AuditRecord::new("auth.pwa.device.recover", Outcome::Allowed)
-                .actor(AuditActor::user(user.id))
-                .target(AuditTarget::new("pwa_device", device.id))
-                .request_id(request.request_id.clone()),
-        )
-        .await?;
-    }
     Ok(RenewOutcome::Renewed {
         user_id: user.id,
-        credentials: Credentials {
-            device_key: DeviceKey {
-                device_id: device.id,
-                secret,
-            },
-            session,
-        },
+        credentials,
     })
 }

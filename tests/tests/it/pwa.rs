@@ -338,6 +338,20 @@ impl Pwa {
         self.post("/pwa/_auth/session/renew", phone, None).await
     }
 
+    /// Starts a pairing from `browser` and claims it with `phone`; returns (id, code).
+    pub async fn claimed(
+        &self,
+        browser: &mut Jar,
+        phone: &mut Jar,
+        platform: &str,
+    ) -> (String, String) {
+        let (id, secret) = self.start(browser).await;
+        let claimed = self.claim(phone, &secret, platform).await;
+        claimed.expect(200, None);
+        let code = claimed.body["code"].as_str().expect("code").to_string();
+        (id, code)
+    }
+
     /// Pairs a phone with `browser`'s account on `platform`: the whole flow; returns the phone's
     /// jar and the device id.
     pub async fn pair(&self, browser: &mut Jar, platform: &str) -> (Jar, Uuid) {
@@ -405,7 +419,7 @@ impl Pwa {
 
     pub async fn sign_out_everywhere(&self, user: Uuid) {
         let mut tx = self.core.pool.begin().await.expect("tx");
-        k2b_core::auth::sign_out_everywhere(&mut tx, user, None)
+        k2b_core::auth::sign_out_everywhere(&mut tx, user, Some(user), None)
             .await
             .expect("sign out everywhere");
         tx.commit().await.expect("commit");

@@ -47,11 +47,7 @@ async fn racing_completes_make_one_device() {
     let ada = pwa.user("Ada", false).await;
     let mut browser = pwa.browser(&ada).await;
     let mut phone = Jar::default();
-    let (id, secret) = pwa.start(&mut browser).await;
-    let code = pwa.claim(&mut phone, &secret, "android").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut browser, &mut phone, "android").await;
     pwa.confirm(&mut browser, &id, &code)
         .await
         .expect(204, None);

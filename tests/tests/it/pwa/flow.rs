@@ -37,6 +37,7 @@ async fn scenario_1_ios_happy_path() {
 
     let claimed = pwa.claim(&mut phone, &secret, "ios").await;
     claimed.expect(200, None);
+    let completion = phone.get("pwa_pairing").expect("completion secret");
     let code = claimed.body["code"].as_str().expect("code").to_string();
     assert!(code.len() == 6 && code.bytes().all(|b| b.is_ascii_digit()));
     assert_eq!(claimed.body["account"], json!({"name": "Ada Example"}));
@@ -123,7 +124,14 @@ async fn scenario_1_ios_happy_path() {
     let key = phone.get("pwa_device").expect("key");
     let key_secret = key.split('.').nth(1).expect("secret");
     let app_token = phone.get("pwa_session").expect("token");
-    for secret_value in [secret.as_str(), key_secret, app_token.as_str()] {
+    let web_token = browser.get("session_token").expect("web token");
+    for secret_value in [
+        secret.as_str(),
+        completion.as_str(),
+        key_secret,
+        app_token.as_str(),
+        web_token.as_str(),
+    ] {
         assert!(!rows.contains(secret_value), "audit rows hold a secret");
     }
     assert!(
@@ -250,11 +258,7 @@ async fn scenario_7_web_sign_out_voids_the_pairing() {
     let ada = pwa.user("Ada", false).await;
     let mut browser = pwa.browser(&ada).await;
     let mut phone = Jar::default();
-    let (id, secret) = pwa.start(&mut browser).await;
-    let code = pwa.claim(&mut phone, &secret, "android").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut browser, &mut phone, "android").await;
     pwa.confirm(&mut browser, &id, &code)
         .await
         .expect(204, None);
@@ -299,11 +303,7 @@ async fn scenario_9_already_paired_and_account_mismatch() {
         &grace_phone.get("pwa_device").expect("key"),
         "/pwa/_auth",
     );
-    let (id, secret) = pwa.start(&mut ada_browser).await;
-    let code = pwa.claim(&mut phone, &secret, "android").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut ada_browser, &mut phone, "android").await;
     pwa.confirm(&mut ada_browser, &id, &code)
         .await
         .expect(204, None);
@@ -318,11 +318,7 @@ async fn scenario_9_already_paired_and_account_mismatch() {
         &grace_browser.get("session_token").expect("token"),
         "/",
     );
-    let (id, secret) = pwa.start(&mut ada_browser).await;
-    let code = pwa.claim(&mut phone, &secret, "android").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut ada_browser, &mut phone, "android").await;
     pwa.confirm(&mut ada_browser, &id, &code)
         .await
         .expect(204, None);
@@ -345,11 +341,7 @@ async fn scenario_10_blocked_account_and_device_limit() {
     let ada = pwa.user("Ada", false).await;
     let mut browser = pwa.browser(&ada).await;
     let mut phone = Jar::default();
-    let (id, secret) = pwa.start(&mut browser).await;
-    let code = pwa.claim(&mut phone, &secret, "ios").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut browser, &mut phone, "ios").await;
     pwa.confirm(&mut browser, &id, &code)
         .await
         .expect(204, None);
@@ -456,11 +448,7 @@ async fn cancel_confirm_steps_and_isolation() {
     assert_eq!(cancels[0]["metadata"]["reason"], "user");
 
     let mut phone = Jar::default();
-    let (id, secret) = pwa.start(&mut browser).await;
-    let code = pwa.claim(&mut phone, &secret, "android").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut browser, &mut phone, "android").await;
     pwa.confirm(&mut browser, &id, &code)
         .await
         .expect(204, None);

@@ -29,11 +29,7 @@ async fn scenario_8_retries_and_replacement() {
     let ada = pwa.user("Ada", false).await;
     let mut browser = pwa.browser(&ada).await;
     let mut phone = Jar::default();
-    let (id, secret) = pwa.start(&mut browser).await;
-    let code = pwa.claim(&mut phone, &secret, "android").await.body["code"]
-        .as_str()
-        .expect("code")
-        .to_string();
+    let (id, code) = pwa.claimed(&mut browser, &mut phone, "android").await;
     pwa.confirm(&mut browser, &id, &code)
         .await
         .expect(204, None);
@@ -163,7 +159,9 @@ async fn scenario_11_renewal() {
     // The newest key rotates (no session), and with its session nothing happens.
     let mut newest = old.clone();
     newest.remove("pwa_session");
-    pwa.renew(&mut newest).await.expect(200, None);
+    let rotated = pwa.renew(&mut newest).await;
+    rotated.expect(200, None);
+    assert_eq!(rotated.body["renewed"], true);
     let with_session = pwa.renew(&mut newest).await;
     assert_eq!(with_session.body["renewed"], false);
 
@@ -182,6 +180,54 @@ async fn scenario_11_renewal() {
     let cleared = pwa.renew(&mut wrong).await;
     cleared.expect(401, Some("UNPAIRED"));
     assert!(wrong.get("pwa_device").is_none() && wrong.get("pwa_session").is_none());
+}
+
+/// An app session with 12 hours or less left is renewed; with more, it is kept and the device's
+/// last use is touched once a day.
+#[tokio::test]
+async fn sessions_renew_in_their_last_twelve_hours() {
+    let pwa = Pwa::new().await;
+    let ada = pwa.user("Ada", false).await;
+    let mut browser = pwa.browser(&ada).await;
+    let (mut phone, device) = pwa.pair(&mut browser, "android").await;
+    let session_for = |hours: u64| {
+        let pwa = &pwa;
+        async move {
+            pwa.core
+                .identity
+                .issue_session(
+                    &pwa.core.settings,
+                    k2b_core::identity::session::SessionRequest {
+                        device_id: Some(device),
+                        ttl: Some(std::time::Duration::from_secs(hours * 3600)),
+                        ..k2b_core::identity::session::SessionRequest::web(ada.id)
+                    },
+                    k2b_core::identity::IssueOptions::default(),
+                )
+                .await
+                .expect("session")
+                .token
+        }
+    };
+    pwa.exec(
+        "UPDATE auth.pwa_devices SET last_used_at = now() - interval '2 days' WHERE id = $1",
+        device,
+    )
+    .await;
+    phone.set("pwa_session", &session_for(13).await, "/");
+    let kept = pwa.renew(&mut phone).await;
+    assert_eq!(kept.body["renewed"], false, "{:?}", kept.body);
+    let touched: bool = sqlx::query_scalar(
+        "SELECT last_used_at >= date_trunc('day', now()) FROM auth.pwa_devices WHERE id = $1",
+    )
+    .bind(device)
+    .fetch_one(&pwa.core.pool)
+    .await
+    .expect("device");
+    assert!(touched, "last use touched");
+    phone.set("pwa_session", &session_for(11).await, "/");
+    let renewed = pwa.renew(&mut phone).await;
+    assert_eq!(renewed.body["renewed"], true, "{:?}", renewed.body);
 }
 
 /// Scenario 12: idle devices, blocked accounts, expired accounts and sign out everywhere.
@@ -278,6 +324,13 @@ async fn scenario_13_launch() {
             .location(),
         "/pwa/spaces?view=today&pwa_launch=1"
     );
+    let twice = pwa
+        .get("/pwa/_auth/session/launch?to=/pwa/a&to=/pwa/b", &mut phone)
+        .await;
+    assert_eq!(twice.status.as_u16(), 302);
+    assert_eq!(twice.location(), "/pwa/a?pwa_launch=1");
+    let bare = pwa.get("/pwa/_auth/session/launch", &mut phone).await;
+    assert_eq!(bare.location(), "/pwa/?pwa_launch=1");
     for evil in [
         "https://evil.example/",
         "/pwa/_auth/session/renew",

@@ -134,18 +134,31 @@ async fn scenario_3_transport_rules() {
         .collect();
     assert!(vary.iter().any(|v| v.contains("Origin")), "{vary:?}");
 
-    let huge = format!(
-        "{{\"secret\":\"{}\",\"platform\":\"ios\"}}",
-        "a".repeat(8 * 1024)
-    );
+    // A valid claim padded with JSON whitespace: 8192 bytes pass the limit, 8193 do not.
+    let claim_body = |size: usize| {
+        let body = format!(
+            "{{\"secret\":\"{}\",\"platform\":\"ios\"}}",
+            k2b_core::approvals::create_secret()
+        );
+        format!("{body}{}", " ".repeat(size - body.len()))
+    };
+    let claim_raw = |raw: String| Options {
+        raw_body: Some(raw),
+        ..Options::default()
+    };
     pwa.send(
         Method::POST,
         "/pwa/_auth/pairings/claim",
         &mut Jar::default(),
-        Options {
-            raw_body: Some(huge),
-            ..Options::default()
-        },
+        claim_raw(claim_body(8192)),
+    )
+    .await
+    .expect(410, Some("EXPIRED"));
+    pwa.send(
+        Method::POST,
+        "/pwa/_auth/pairings/claim",
+        &mut Jar::default(),
+        claim_raw(claim_body(8193)),
     )
     .await
     .expect(400, Some("INVALID_REQUEST"));
