@@ -30,36 +30,27 @@ fn parse_id(raw: &str) -> Result<Uuid, PwaError> {
     pwa::parse_id(raw).ok_or(PwaError::InvalidRequest)
 }
 
-async fn start(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
-    let result = async {
-        let (actor, _) = web_actor(&state.core, &headers).await?;
-        if !pwa::shell_available(&state.core).await? {
-            return Err(PwaError::Unavailable("ShellUnavailable"));
-        }
-        let facts = RequestFacts::from_headers(&headers);
-        pairing::start(&state.core, actor, facts.request_id).await
+async fn start(
+    State(state): State<ApprovalsState>,
+    headers: HeaderMap,
+) -> Result<Response, PwaError> {
+    let (actor, _) = web_actor(&state.core, &headers).await?;
+    if !pwa::shell_available(&state.core).await? {
+        return Err(PwaError::Unavailable("ShellUnavailable"));
     }
-    .await;
-    match result {
-        Ok(started) => (StatusCode::CREATED, Json(started)).into_response(),
-        Err(error) => error.into_response(),
-    }
+    let facts = RequestFacts::from_headers(&headers);
+    let started = pairing::start(&state.core, actor, facts.request_id).await?;
+    Ok((StatusCode::CREATED, Json(started)).into_response())
 }
 
 async fn inspect(
     State(state): State<ApprovalsState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    let result = async {
-        let (actor, _) = web_actor(&state.core, &headers).await?;
-        pairing::inspect(&state.core, actor, parse_id(&id)?).await
-    }
-    .await;
-    match result {
-        Ok(status) => Json(status).into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Result<Response, PwaError> {
+    let (actor, _) = web_actor(&state.core, &headers).await?;
+    let status = pairing::inspect(&state.core, actor, parse_id(&id)?).await?;
+    Ok(Json(status).into_response())
 }
 
 #[derive(Deserialize)]
@@ -73,72 +64,51 @@ async fn confirm(
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let result = async {
-        let (actor, _) = web_actor(&state.core, &headers).await?;
-        let id = parse_id(&id)?;
-        let body: ConfirmBody = read_json(&headers, body, pwa::BODY_BYTES)
-            .await
-            .map_err(|_| PwaError::InvalidRequest)?;
-        if body.code.len() != 6 || !body.code.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(PwaError::InvalidRequest);
-        }
-        let facts = RequestFacts::from_headers(&headers);
-        pairing::confirm(&state.core, actor, id, &body.code, facts.request_id).await
+) -> Result<Response, PwaError> {
+    let (actor, _) = web_actor(&state.core, &headers).await?;
+    let id = parse_id(&id)?;
+    let body: ConfirmBody = read_json(&headers, body, pwa::BODY_BYTES)
+        .await
+        .map_err(|_| PwaError::InvalidRequest)?;
+    if body.code.len() != 6 || !body.code.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(PwaError::InvalidRequest);
     }
-    .await;
-    match result {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) => error.into_response(),
-    }
+    let facts = RequestFacts::from_headers(&headers);
+    pairing::confirm(&state.core, actor, id, &body.code, facts.request_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn cancel(
     State(state): State<ApprovalsState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    let result = async {
-        let (actor, _) = web_actor(&state.core, &headers).await?;
-        let facts = RequestFacts::from_headers(&headers);
-        pairing::cancel(&state.core, actor, parse_id(&id)?, facts.request_id).await
-    }
-    .await;
-    match result {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Result<Response, PwaError> {
+    let (actor, _) = web_actor(&state.core, &headers).await?;
+    let facts = RequestFacts::from_headers(&headers);
+    pairing::cancel(&state.core, actor, parse_id(&id)?, facts.request_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn list_devices(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
-    let result = async {
-        let (actor, presented) = web_actor(&state.core, &headers).await?;
-        let current = presented
-            .app
-            .filter(|app| app.user_id == actor.user_id)
-            .map(|app| app.device_id);
-        devices::list_own(&state.core, actor, current).await
-    }
-    .await;
-    match result {
-        Ok(items) => Json(json!({ "items": items })).into_response(),
-        Err(error) => error.into_response(),
-    }
+async fn list_devices(
+    State(state): State<ApprovalsState>,
+    headers: HeaderMap,
+) -> Result<Response, PwaError> {
+    let (actor, presented) = web_actor(&state.core, &headers).await?;
+    let current = presented
+        .app
+        .filter(|app| app.user_id == actor.user_id)
+        .map(|app| app.device_id);
+    let items = devices::list_own(&state.core, actor, current).await?;
+    Ok(Json(json!({ "items": items })).into_response())
 }
 
 async fn revoke_device(
     State(state): State<ApprovalsState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    let result = async {
-        let (actor, _) = web_actor(&state.core, &headers).await?;
-        let facts = RequestFacts::from_headers(&headers);
-        devices::revoke_own(&state.core, actor, parse_id(&id)?, facts.request_id).await
-    }
-    .await;
-    match result {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Result<Response, PwaError> {
+    let (actor, _) = web_actor(&state.core, &headers).await?;
+    let facts = RequestFacts::from_headers(&headers);
+    devices::revoke_own(&state.core, actor, parse_id(&id)?, facts.request_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
