@@ -50,8 +50,10 @@ pub fn router(core: Core) -> Router {
         core,
         limiter: Arc::new(RateLimiter::new()),
     };
+    // A known path with another method is a bad request like any other (JSON body, PWA headers).
     let pwa = web::routes()
         .merge(phone::routes())
+        .method_not_allowed_fallback(|| async { PwaError::InvalidRequest })
         .layer(middleware::from_fn_with_state(state.clone(), transport));
     pwa.merge(admin::routes())
         .layer(middleware::from_fn(request_id))

@@ -190,6 +190,16 @@ async fn scenario_3_transport_rules() {
     pwa.get("/api/auth/pwa/v1/pairings/not-a-uuid", &mut browser)
         .await
         .expect(400, Some("INVALID_REQUEST"));
+    let wrong_method = pwa
+        .send(
+            Method::PUT,
+            "/pwa/_auth/session",
+            &mut browser,
+            Options::default(),
+        )
+        .await;
+    wrong_method.expect(400, Some("INVALID_REQUEST"));
+    assert_eq!(wrong_method.headers["cache-control"], "no-store");
 }
 
 /// Scenario 23: the shell is only app `pwa` owning `/pwa`; the status never carries the code;
