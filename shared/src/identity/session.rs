@@ -286,8 +286,16 @@ pub async fn validate_session(
     settings: &Settings,
     claims: &SessionClaims,
 ) -> Result<Option<ValidSession>, IdentityError> {
-    let row: Option<(Option<Uuid>, Uuid)> = sqlx::query_as(
-        "SELECT f.pwa_device_id, u.id
+    // The family, its key and the account in one round trip.
+    #[derive(sqlx::FromRow)]
+    struct SessionRow {
+        pwa_device_id: Option<Uuid>,
+        #[sqlx(flatten)]
+        user: UserRecord,
+    }
+    let row: Option<SessionRow> = sqlx::query_as(
+        "SELECT f.pwa_device_id, u.id, u.uid, u.provider, u.profile, u.display_name, u.mail,
+                u.account_expires, u.admin, u.auth_epoch
          FROM auth.session_families f
          JOIN auth.users u ON u.id = f.user_id
          JOIN auth.signing_keys k ON k.kid = f.signing_kid
@@ -301,10 +309,11 @@ pub async fn validate_session(
     .bind(claims.auth_epoch as i64)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((device, user_id)) = row else {
-        return Ok(None);
-    };
-    let Some(user) = crate::auth::find_user(conn, user_id).await? else {
+    let Some(SessionRow {
+        pwa_device_id: device,
+        user,
+    }) = row
+    else {
         return Ok(None);
     };
     if !settings.category_enabled(conn, user.category()).await? {
