@@ -9,7 +9,6 @@ use axum::{Json, Router};
 use http::{HeaderMap, HeaderValue, header};
 use k2b_core::auth::{Actor, CurrentActor, Role};
 use k2b_core::http::ApiError;
-use k2b_core::http::origin::origin_allowed;
 use k2b_core::pwa::PwaError;
 use k2b_core::pwa::devices::{self, DeviceAdministrator};
 use serde_json::json;
@@ -79,15 +78,9 @@ async fn revoke(
     let result = async {
         // A browser's cookie-authenticated change must come from the installation's origin.
         if !headers.contains_key(header::AUTHORIZATION) {
-            let expected = state
-                .core
-                .settings
-                .public_origin()
+            crate::require_own_origin(&state.core, &headers)
                 .await
-                .map_err(|_| PwaError::Unavailable("SettingsError").to_api_error())?;
-            if !origin_allowed(&http::Method::DELETE, &headers, &expected) {
-                return Err(PwaError::Forbidden.to_api_error());
-            }
+                .map_err(|e| e.to_api_error())?;
         }
         let admin = administrator(&actor)?;
         let (id, device_id) = (parse(&id)?, parse(&device_id)?);

@@ -26,7 +26,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use k2b_core::Core;
 use k2b_core::http::cookies::SetCookie;
 use k2b_core::http::headers::{client_request_id, request_id};
-use k2b_core::http::origin::origin_allowed;
+use k2b_core::http::origin::origin_matches;
 use k2b_core::http::rate_limit::RateLimiter;
 use k2b_core::pwa::PwaError;
 use serde_json::json;
@@ -76,15 +76,12 @@ async fn transport(State(state): State<ApprovalsState>, request: Request, next: 
 
 async fn guarded(state: &ApprovalsState, request: Request, next: Next) -> Response {
     let method = request.method().clone();
-    if method != Method::GET && method != Method::HEAD {
-        let expected = match state.core.settings.public_origin().await {
-            Ok(origin) => origin,
-            Err(_) => return PwaError::Unavailable("SettingsError").into_response(),
-        };
-        // Every method but GET and HEAD (OPTIONS too) needs the installation's own origin.
-        if !origin_allowed(&Method::POST, request.headers(), &expected) {
-            return PwaError::Forbidden.into_response();
-        }
+    // Every method but GET and HEAD (OPTIONS too) needs the installation's own origin.
+    if method != Method::GET
+        && method != Method::HEAD
+        && let Err(error) = require_own_origin(&state.core, request.headers()).await
+    {
+        return error.into_response();
     }
     let limit = state
         .core
@@ -122,6 +119,20 @@ async fn guarded(state: &ApprovalsState, request: Request, next: Next) -> Respon
         return response;
     }
     next.run(request).await
+}
+
+/// The request's `Origin` must be the canonical origin of `app.url` (forwarded headers ignored).
+pub(crate) async fn require_own_origin(core: &Core, headers: &HeaderMap) -> Result<(), PwaError> {
+    let expected = core
+        .settings
+        .public_origin()
+        .await
+        .map_err(|_| PwaError::Unavailable("SettingsError"))?;
+    if origin_matches(headers, &expected) {
+        Ok(())
+    } else {
+        Err(PwaError::Forbidden)
+    }
 }
 
 /// The client's address as the platform saw it: API Gateway's source IP, else the socket's

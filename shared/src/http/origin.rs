@@ -52,9 +52,13 @@ fn is_loopback_authority(authority: &str) -> bool {
 /// other method needs an `Origin` header exactly equal to `expected`. Forwarded headers
 /// (`X-Forwarded-Host` and friends) are never consulted.
 pub fn origin_allowed(method: &Method, headers: &HeaderMap, expected: &str) -> bool {
-    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return true;
-    }
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+        || origin_matches(headers, expected)
+}
+
+/// Whether the request carries exactly one `Origin` header equal to `expected`, whatever its
+/// method (for routers whose rule covers OPTIONS too).
+pub fn origin_matches(headers: &HeaderMap, expected: &str) -> bool {
     let mut values = headers.get_all(header::ORIGIN).iter();
     match (values.next(), values.next()) {
         (Some(origin), None) => origin.to_str().is_ok_and(|o| o == expected),
@@ -155,5 +159,14 @@ mod tests {
         for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
             assert!(origin_allowed(&method, &HeaderMap::new(), "https://x.test"));
         }
+    }
+
+    #[test]
+    fn origin_matches_ignores_the_method() {
+        let expected = "https://x.test";
+        assert!(!origin_matches(&HeaderMap::new(), expected));
+        assert!(origin_matches(&headers(&[expected]), expected));
+        assert!(!origin_matches(&headers(&["https://y.test"]), expected));
+        assert!(!origin_matches(&headers(&[expected, expected]), expected));
     }
 }

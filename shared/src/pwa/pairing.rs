@@ -620,7 +620,7 @@ pub async fn complete(core: &Core, request: CompleteRequest) -> Result<Completio
             IssueOptions::default(),
             |mut scope| async move {
                 let result =
-                    complete_in_scope(&mut scope, core_ref, request, row.id, presented).await;
+                    complete_in_scope(&mut scope, core_ref, request, &row, presented).await;
                 (scope, result)
             },
         )
@@ -649,17 +649,12 @@ async fn complete_in_scope(
     scope: &mut crate::identity::SigningScope,
     core: &Core,
     request: &CompleteRequest,
-    pairing_id: Uuid,
+    found: &PairingRow,
     presented: Option<DeviceRow>,
 ) -> Result<Completion, PwaError> {
-    let found_user_id: Uuid =
-        sqlx::query_scalar("SELECT user_id FROM auth.pwa_pairings WHERE id = $1")
-            .bind(pairing_id)
-            .fetch_optional(&mut *scope.tx)
-            .await?
-            .ok_or(PwaError::EXPIRED)?;
-    let user = auth::lock_user(&mut scope.tx, found_user_id).await?;
-    let row = lock_pairing(&mut scope.tx, pairing_id)
+    // A pairing's user never changes: the row read before the transaction names whom to lock.
+    let user = auth::lock_user(&mut scope.tx, found.user_id).await?;
+    let row = lock_pairing(&mut scope.tx, found.id)
         .await?
         .ok_or(PwaError::EXPIRED)?;
     let Some(user) = user else {
