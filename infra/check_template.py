@@ -1,11 +1,18 @@
 """Checks what cfn-lint cannot: after the SAM transform, every HTTP route of every function is
 on the REST API, the widget routes stream their responses, and every function builds a binary
-of the workspace. Run by infra/test.sh; needs aws-sam-translator (installed with cfn-lint)."""
+of the workspace. Run by infra/test.sh; needs aws-sam-translator (installed with cfn-lint).
+
+`--describe` prints the deployed shape as JSON instead, read from the transformed template: per
+function its binary, timeout, memory, environment (intrinsics kept as they are), what its role
+allows, its REST API routes (path, method, streamed) and its other triggers (schedules with
+their input, queues with their response types); and the API's stage and binary media types. The Lambda tests build the
+events they send from it."""
 
 import json
 import logging
 import os
 import pathlib
+import re
 import sys
 
 from samtranslator.translator.transform import transform
@@ -20,13 +27,106 @@ class NoManagedPolicies:
         return {}
 
 
-def main() -> int:
+def load():
+    """The template as written and after the SAM transform."""
     logging.disable(logging.WARNING)
     os.environ.setdefault("AWS_DEFAULT_REGION", "eu-central-1")
     template = yaml_parse((ROOT / "template.yaml").read_text())
+    source = yaml_parse((ROOT / "template.yaml").read_text())
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            # The transform needs an S3 location; the build replaces it anyway.
+            resource["Properties"]["CodeUri"] = "s3://bucket/key"
+    return source, transform(template, {}, NoManagedPolicies())
+
+
+def streamed(integration: dict) -> bool:
+    """Whether an API integration streams the function's response."""
+    return integration.get("responseTransferMode") == "STREAM" and "response-streaming" in json.dumps(
+        integration.get("uri")
+    )
+
+
+def describe() -> dict:
+    source, output = load()
+    resources = output["Resources"]
+    functions = {}
+    for name, resource in resources.items():
+        if resource["Type"] != "AWS::Lambda::Function":
+            continue
+        props = resource["Properties"]
+        metadata = source["Resources"][name].get("Metadata", {})
+        functions[name] = {
+            "binary": metadata.get("BuildProperties", {}).get("Binary"),
+            "timeout": props.get("Timeout", 3),
+            "memory": props.get("MemorySize", 128),
+            "environment": props.get("Environment", {}).get("Variables", {}),
+            "routes": [],
+            "schedules": [],
+            "queues": [],
+        }
+    for name, resource in resources.items():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::Events::Rule":
+            for target in props.get("Targets", []):
+                function = target["Arn"]["Fn::GetAtt"][0]
+                functions[function]["schedules"].append(
+                    {"rule": name, "expression": props.get("ScheduleExpression"), "input": target.get("Input")}
+                )
+        elif resource["Type"] == "AWS::Lambda::EventSourceMapping":
+            function = props["FunctionName"]["Ref"]
+            functions[function]["queues"].append(
+                {
+                    "mapping": name,
+                    "queue": props["EventSourceArn"]["Fn::GetAtt"][0],
+                    "batchSize": props.get("BatchSize"),
+                    "responseTypes": props.get("FunctionResponseTypes", []),
+                }
+            )
+    for name, function in functions.items():
+        role = resources.get(f"{name}Role", {}).get("Properties", {})
+        function["managedPolicies"] = [arn.rsplit("/", 1)[-1] for arn in role.get("ManagedPolicyArns", [])]
+        # What the inline policies allow, as `action resource-logical-id` pairs.
+        allowed = []
+        for policy in role.get("Policies") or []:
+            for statement in policy["PolicyDocument"].get("Statement", []):
+                actions = statement.get("Action", [])
+                actions = [actions] if isinstance(actions, str) else actions
+                targets = sorted(set(re.findall(r'"Fn::GetAtt": \["(\w+)"', json.dumps(statement.get("Resource")))))
+                allowed += [f"{action} {target}" for action in actions for target in targets or ["*"]]
+        function["allowed"] = sorted(allowed)
+    apis = [r for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    stages = [r["Properties"]["StageName"] for r in resources.values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    body = apis[0]["Properties"]["Body"] if len(apis) == 1 else {}
+    for path, methods in body.get("paths", {}).items():
+        for method, operation in methods.items():
+            integration = operation.get("x-amazon-apigateway-integration", {})
+            uri = json.dumps(integration.get("uri"))
+            target = re.search(r"\$\{(\w+)\.Arn\}", uri)
+            if not target:
+                continue
+            functions[target.group(1)]["routes"].append(
+                {
+                    "path": path,
+                    "method": "ANY" if method == "x-amazon-apigateway-any-method" else method.upper(),
+                    "streamed": streamed(integration),
+                }
+            )
+    return {
+        "stage": stages[0] if len(stages) == 1 else None,
+        "binaryMediaTypes": body.get("x-amazon-apigateway-binary-media-types", []),
+        "functions": functions,
+    }
+
+
+def main() -> int:
+    if "--describe" in sys.argv[1:]:
+        print(json.dumps(describe(), indent=2, sort_keys=True))
+        return 0
+    source, output = load()
     functions = {
         name: resource
-        for name, resource in template["Resources"].items()
+        for name, resource in source["Resources"].items()
         if resource["Type"] == "AWS::Serverless::Function"
     }
     problems = []
@@ -36,8 +136,6 @@ def main() -> int:
         binary = function.get("Metadata", {}).get("BuildProperties", {}).get("Binary")
         if binary not in binaries:
             problems.append(f"{name}: binary {binary!r} is not a crate under functions/")
-        # The transform needs an S3 location; the build replaces it anyway.
-        function["Properties"]["CodeUri"] = "s3://bucket/key"
         for event in function["Properties"].get("Events", {}).values():
             if event["Type"] == "Api":
                 props = event["Properties"]
@@ -52,7 +150,6 @@ def main() -> int:
     if missing_functions:
         problems.append(f"functions without a template resource: {sorted(missing_functions)}")
 
-    output = transform(template, {}, NoManagedPolicies())
     apis = [r for r in output["Resources"].values() if r["Type"] == "AWS::ApiGateway::RestApi"]
     if len(apis) != 1:
         problems.append(f"expected one REST API, found {len(apis)}")
@@ -62,10 +159,7 @@ def main() -> int:
         for route in sorted(declared - routed):
             problems.append(f"route {route} is declared on a function but not on the API")
         for path, method in sorted(routed):
-            integration = paths[path][method].get("x-amazon-apigateway-integration", {})
-            streams = integration.get("responseTransferMode") == "STREAM" and "response-streaming" in json.dumps(
-                integration.get("uri")
-            )
+            streams = streamed(paths[path][method].get("x-amazon-apigateway-integration", {}))
             if ((path, method) in STREAMED) != streams:
                 problems.append(f"route {method.upper()} {path}: streaming is {streams}")
         print(f"template: {len(functions)} functions, {len(routed)} routes on the REST API")

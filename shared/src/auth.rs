@@ -412,7 +412,7 @@ mod tests {
     #[tokio::test]
     async fn users_are_created_once_and_their_roles_derived() {
         let db = TestDb::new().await;
-        let settings = Settings::new(db.pool.clone(), TEST_APP_SECRET, Duration::ZERO, None);
+        let settings = Settings::new(db.pool.clone(), Some(TEST_APP_SECRET), Duration::ZERO, None);
         let mut conn = db.pool.acquire().await.expect("conn");
 
         let ada = create_user(

@@ -3,11 +3,12 @@
 //! A function reads its configuration at start and refuses to run with a bad one: the error names
 //! the variable and what is expected, and never echoes a secret's value.
 
-use std::fmt;
 use std::time::Duration;
 
+pub use crate::identity::constants::CORE_APP_ID;
 use crate::identity::kek::{self, KekError, KekSet};
 use crate::identity::runtime::{JWKS_ORIGIN_VARIABLE, OAUTH_JWKS_ORIGIN_VARIABLE};
+pub use crate::secret::Secret;
 
 /// Built-in `APP_SECRET` of local mode. Anything encrypted with it is readable by anyone with this
 /// source, which is why production refuses to start without a real secret.
@@ -16,8 +17,6 @@ const LOCAL_APP_SECRET: &str = "k2b-local-development-secret-never-use-in-produc
 pub const LOCAL_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/k2b_local";
 /// Shortest `APP_SECRET` accepted outside local mode: 32 characters of entropy for the settings key.
 pub const MIN_APP_SECRET_CHARS: usize = 32;
-/// The application id the identity services require (`APP_ID`): this bundle is Cloud Core.
-pub const CORE_APP_ID: &str = "core";
 
 /// Where the process runs. Local mode fills in safe development defaults and relaxes cookie
 /// `Secure` flags; production insists on every secret.
@@ -40,23 +39,59 @@ pub enum LogFormat {
     Pretty,
 }
 
-/// A value that must never reach a log or an error message.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-    /// The secret itself, for the one place that needs it (a key derivation, a connection).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
+/// What a function holds besides its database. Each piece is read — and required outside local
+/// mode — only by the functions that use it, so no function holds a secret or a queue it never
+/// needs (and the template gives each function only its own variables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// `APP_SECRET`: reads or writes stored settings (every stored value is encrypted with it).
+    pub settings: bool,
+    /// `CLOUD_IDENTITY_KEY_ENCRYPTION_KEY` (and the previous/next keys): decrypts or encrypts
+    /// identity signing keys, that is, signs tokens or maintains the key ring. Verifying tokens
+    /// needs only public keys.
+    pub signing_keys: bool,
+    /// `K2B_WAKEUP_QUEUE_URL`: sends outbox wake-ups.
+    pub wakeups: bool,
+    /// `K2B_LIVE_QUEUE_URL`: publishes live updates.
+    pub live_updates: bool,
 }
 
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([REDACTED])")
+impl Needs {
+    /// Everything: the local runner, admin commands and tests.
+    pub const ALL: Needs = Needs {
+        settings: true,
+        signing_keys: true,
+        wakeups: true,
+        live_updates: true,
+    };
+    /// The database alone.
+    pub const DATABASE: Needs = Needs {
+        settings: false,
+        signing_keys: false,
+        wakeups: false,
+        live_updates: false,
+    };
+    /// Adds `APP_SECRET`.
+    pub const fn with_settings(self) -> Needs {
+        Needs {
+            settings: true,
+            ..self
+        }
+    }
+    /// Adds the identity key-encryption keys.
+    pub const fn with_signing_keys(self) -> Needs {
+        Needs {
+            signing_keys: true,
+            ..self
+        }
+    }
+    /// Adds both queues of the outbox (wake-ups and live updates).
+    pub const fn with_queues(self) -> Needs {
+        Needs {
+            wakeups: true,
+            live_updates: true,
+            ..self
+        }
     }
 }
 
@@ -76,8 +111,10 @@ pub struct Config {
     pub mode: Mode,
     /// `DATABASE_URL`: the Postgres connection string (a secret: it may hold a password).
     pub database_url: Secret,
-    /// `APP_SECRET`: encrypts `settings.entries` values.
-    pub app_secret: Secret,
+    /// What this process holds besides its database.
+    pub needs: Needs,
+    /// `APP_SECRET`: encrypts `settings.entries` values (`None` where settings are not needed).
+    pub app_secret: Option<Secret>,
     /// `APP_ID`: must be `core` for the identity services.
     pub app_id: String,
     /// `APP_URL`: fallback for the `app.url` setting while the database has none.
@@ -90,10 +127,11 @@ pub struct Config {
     pub settings_cache: Duration,
     /// Signing-key encryption and JWKS locations.
     pub identity: IdentityConfig,
-    /// `K2B_WAKEUP_QUEUE_URL`: SQS queue of outbox wake-ups (unset: delivered in process).
+    /// `K2B_WAKEUP_QUEUE_URL`: SQS queue of outbox wake-ups (unset, only in local mode:
+    /// delivered in process).
     pub wakeup_queue_url: Option<String>,
-    /// `K2B_LIVE_QUEUE_URL`: SQS FIFO queue live updates are published to (unset: kept in
-    /// memory, for the local runner).
+    /// `K2B_LIVE_QUEUE_URL`: SQS FIFO queue live updates are published to (unset, only in local
+    /// mode: kept in memory).
     pub live_queue_url: Option<String>,
     /// Names of the variables that took a local-mode default, for the start-up notice.
     pub local_defaults: Vec<&'static str>,
@@ -138,8 +176,9 @@ pub enum InvocationIssuanceMode {
 /// The identity part of the configuration.
 #[derive(Debug, Clone)]
 pub struct IdentityConfig {
-    /// `CLOUD_IDENTITY_KEY_ENCRYPTION_KEY` (+ `_PREVIOUS_KEY` / `_NEXT_KEY`), parsed.
-    pub keks: KekSet,
+    /// `CLOUD_IDENTITY_KEY_ENCRYPTION_KEY` (+ `_PREVIOUS_KEY` / `_NEXT_KEY`), parsed; `None`
+    /// where signing keys are not needed.
+    pub keks: Option<KekSet>,
     /// `CLOUD_IDENTITY_JWKS_ORIGIN`: private transport origin of the session/invocation JWKS.
     pub jwks_origin: Option<String>,
     /// `CLOUD_OAUTH_JWKS_ORIGIN`: private transport origin of the OAuth JWKS.
@@ -172,15 +211,30 @@ pub const VARIABLES: &[(&str, &str)] = &[
 ];
 
 impl Config {
-    /// Reads the process environment. `default_mode` applies when `K2B_ENV` is unset: Lambda
-    /// functions pass [`Mode::Production`], the local runner [`Mode::Local`].
+    /// Reads the process environment with everything needed. `default_mode` applies when
+    /// `K2B_ENV` is unset: Lambda functions pass [`Mode::Production`], the local runner
+    /// [`Mode::Local`].
     pub fn from_env(default_mode: Mode) -> Result<Config, ConfigError> {
-        Config::from_lookup(default_mode, |name| std::env::var(name).ok())
+        Config::from_env_for(default_mode, Needs::ALL)
     }
 
-    /// Parses a configuration from any variable source (tests pass a map).
+    /// Reads the process environment, taking only what `needs` names.
+    pub fn from_env_for(default_mode: Mode, needs: Needs) -> Result<Config, ConfigError> {
+        Config::from_lookup_for(default_mode, needs, |name| std::env::var(name).ok())
+    }
+
+    /// Parses a configuration with everything needed from any variable source (tests pass a map).
     pub fn from_lookup(
         default_mode: Mode,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        Config::from_lookup_for(default_mode, Needs::ALL, lookup)
+    }
+
+    /// Parses a configuration from any variable source, taking only what `needs` names.
+    pub fn from_lookup_for(
+        default_mode: Mode,
+        needs: Needs,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let get = |name: &str| {
@@ -226,6 +280,7 @@ impl Config {
 
         // The secret is not trimmed: surrounding spaces would be part of the key material.
         let app_secret = match lookup("APP_SECRET").filter(|v| !v.is_empty()) {
+            _ if !needs.settings => None,
             Some(secret) => {
                 let chars = secret.chars().count();
                 if !mode.is_local() && chars < MIN_APP_SECRET_CHARS {
@@ -236,11 +291,11 @@ impl Config {
                         ),
                     ));
                 }
-                secret
+                Some(Secret::new(secret))
             }
             None if mode.is_local() => {
                 local_defaults.push("APP_SECRET");
-                LOCAL_APP_SECRET.to_string()
+                Some(Secret::new(LOCAL_APP_SECRET))
             }
             None => {
                 return Err(ConfigError::new(
@@ -302,35 +357,11 @@ impl Config {
 
         let settings_cache_ms = parse_number(&get, "K2B_SETTINGS_CACHE_MS", 0, 300_000, 5_000)?;
 
-        let current_kek = match lookup(kek::CURRENT_VARIABLE).filter(|v| !v.trim().is_empty()) {
-            Some(value) => Secret::new(value),
-            None if mode.is_local() => {
-                local_defaults.push(kek::CURRENT_VARIABLE);
-                Secret::new(LOCAL_IDENTITY_KEK)
-            }
-            None => {
-                return Err(ConfigError::new(
-                    kek::CURRENT_VARIABLE,
-                    "is required outside local mode (32 random bytes as 64 hexadecimal characters)",
-                ));
-            }
+        let keks = if needs.signing_keys {
+            Some(parse_keks(&lookup, mode, &app_id, &mut local_defaults)?)
+        } else {
+            None
         };
-        let previous_kek = lookup(kek::PREVIOUS_VARIABLE).map(Secret::new);
-        let next_kek = lookup(kek::NEXT_VARIABLE).map(Secret::new);
-        let keks = KekSet::parse(
-            &app_id,
-            Some(&current_kek),
-            previous_kek.as_ref(),
-            next_kek.as_ref(),
-        )
-        .map_err(|error| {
-            let variable = match error {
-                KekError::Malformed(variable) => variable,
-                KekError::NotCore => "APP_ID",
-                KekError::NotDistinct | KekError::PreviousAndNext => kek::PREVIOUS_VARIABLE,
-            };
-            ConfigError::with_message(variable, error.to_string())
-        })?;
         let jwks_origin = get(JWKS_ORIGIN_VARIABLE);
         let oauth_jwks_origin = get(OAUTH_JWKS_ORIGIN_VARIABLE);
         for (variable, origin) in [
@@ -373,13 +404,39 @@ impl Config {
                 },
             }
         };
-        let wakeup_queue_url = queue_url("K2B_WAKEUP_QUEUE_URL")?;
-        let live_queue_url = queue_url("K2B_LIVE_QUEUE_URL")?;
+        // Outside local mode a function that sends to a queue refuses to start without it: a
+        // silent in-process fallback would lose every message.
+        let required_queue = |variable: &'static str,
+                              needed: bool,
+                              what: &str|
+         -> Result<Option<String>, ConfigError> {
+            if !needed {
+                return Ok(None);
+            }
+            match queue_url(variable)? {
+                None if !mode.is_local() => Err(ConfigError::new(
+                    variable,
+                    format!("is required outside local mode (the SQS queue URL {what})"),
+                )),
+                url => Ok(url),
+            }
+        };
+        let wakeup_queue_url = required_queue(
+            "K2B_WAKEUP_QUEUE_URL",
+            needs.wakeups,
+            "outbox wake-ups are sent to",
+        )?;
+        let live_queue_url = required_queue(
+            "K2B_LIVE_QUEUE_URL",
+            needs.live_updates,
+            "live updates are published to",
+        )?;
 
         Ok(Config {
             mode,
+            needs,
             database_url: Secret::new(database_url),
-            app_secret: Secret::new(app_secret),
+            app_secret,
             app_id,
             app_url,
             db: DbSettings {
@@ -415,10 +472,10 @@ impl Config {
         ))
     }
 
-    /// Reads the environment like [`Config::from_env`]; on a bad configuration prints one line
-    /// naming the variable to standard error and exits with status 2. For `main` functions.
-    pub fn from_env_or_exit(default_mode: Mode) -> Config {
-        match Config::from_env(default_mode) {
+    /// Reads the environment like [`Config::from_env_for`]; on a bad configuration prints one
+    /// line naming the variable to standard error and exits with status 2. For `main` functions.
+    pub fn from_env_or_exit(default_mode: Mode, needs: Needs) -> Config {
+        match Config::from_env_for(default_mode, needs) {
             Ok(config) => config,
             Err(error) => {
                 eprintln!("configuration error: {error}");
@@ -434,6 +491,38 @@ impl Config {
             ..self.clone()
         }
     }
+}
+
+/// The key-encryption keys (current, and previous or next while rolling).
+fn parse_keks(
+    lookup: &impl Fn(&str) -> Option<String>,
+    mode: Mode,
+    app_id: &str,
+    local_defaults: &mut Vec<&'static str>,
+) -> Result<KekSet, ConfigError> {
+    let current = match lookup(kek::CURRENT_VARIABLE).filter(|v| !v.trim().is_empty()) {
+        Some(value) => Secret::new(value),
+        None if mode.is_local() => {
+            local_defaults.push(kek::CURRENT_VARIABLE);
+            Secret::new(LOCAL_IDENTITY_KEK)
+        }
+        None => {
+            return Err(ConfigError::new(
+                kek::CURRENT_VARIABLE,
+                "is required outside local mode (32 random bytes as 64 hexadecimal characters)",
+            ));
+        }
+    };
+    let previous = lookup(kek::PREVIOUS_VARIABLE).map(Secret::new);
+    let next = lookup(kek::NEXT_VARIABLE).map(Secret::new);
+    KekSet::parse(app_id, Some(&current), previous.as_ref(), next.as_ref()).map_err(|error| {
+        let variable = match error {
+            KekError::Malformed(variable) => variable,
+            KekError::NotCore => "APP_ID",
+            KekError::NotDistinct | KekError::PreviousAndNext => kek::PREVIOUS_VARIABLE,
+        };
+        ConfigError::with_message(variable, error.to_string())
+    })
 }
 
 fn parse_number(
@@ -476,7 +565,10 @@ mod tests {
         let config = parse(Mode::Local, &[]).expect("local defaults");
         assert_eq!(config.mode, Mode::Local);
         assert_eq!(config.database_url.expose(), LOCAL_DATABASE_URL);
-        assert_eq!(config.app_secret.expose(), LOCAL_APP_SECRET);
+        assert_eq!(
+            config.app_secret.as_ref().map(Secret::expose),
+            Some(LOCAL_APP_SECRET)
+        );
         assert_eq!(config.log_format, LogFormat::Pretty);
         assert_eq!(
             config.identity.invocation_issuance_mode,
@@ -527,6 +619,8 @@ mod tests {
                 ("APP_URL", "https://cloud.example.org"),
                 ("K2B_DB_MAX_CONNECTIONS", "3"),
                 ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", KEK),
+                ("K2B_WAKEUP_QUEUE_URL", "https://sqs.example/1/wakeup"),
+                ("K2B_LIVE_QUEUE_URL", "https://sqs.example/1/live.fifo"),
             ],
         )
         .expect("valid");
@@ -563,5 +657,72 @@ mod tests {
             let err = parse(Mode::Local, &[(name, value)]).expect_err("must fail");
             assert_eq!(err.variable, name, "{name}={value}");
         }
+    }
+
+    fn parse_for(mode: Mode, needs: Needs, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup_for(mode, needs, |k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn a_function_takes_only_what_it_needs() {
+        // The database alone: no secret is required, and none is held even when present.
+        let config = parse_for(
+            Mode::Production,
+            Needs::DATABASE,
+            &[
+                ("DATABASE_URL", "postgres://db/x"),
+                ("APP_SECRET", GOOD_SECRET),
+                ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", KEK),
+                ("K2B_LIVE_QUEUE_URL", "https://sqs.example/1/live.fifo"),
+            ],
+        )
+        .expect("database only");
+        assert!(config.app_secret.is_none());
+        assert!(config.identity.keks.is_none());
+        assert!(config.live_queue_url.is_none());
+        // Signing needs the key-encryption key, and says which variable is missing.
+        let err = parse_for(
+            Mode::Production,
+            Needs::DATABASE.with_signing_keys(),
+            &[("DATABASE_URL", "postgres://db/x")],
+        )
+        .expect_err("no KEK");
+        assert_eq!(err.variable, "CLOUD_IDENTITY_KEY_ENCRYPTION_KEY");
+        let config = parse_for(
+            Mode::Production,
+            Needs::DATABASE.with_signing_keys(),
+            &[
+                ("DATABASE_URL", "postgres://db/x"),
+                ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", KEK),
+            ],
+        )
+        .expect("signing without settings");
+        assert!(config.identity.keks.is_some() && config.app_secret.is_none());
+    }
+
+    #[test]
+    fn a_sender_without_its_queue_is_refused_outside_local_mode() {
+        let base = [
+            ("DATABASE_URL", "postgres://db/x"),
+            ("K2B_LIVE_QUEUE_URL", "https://sqs.example/1/live.fifo"),
+        ];
+        let err = parse_for(Mode::Production, Needs::DATABASE.with_queues(), &base)
+            .expect_err("no wake-up queue");
+        assert_eq!(err.variable, "K2B_WAKEUP_QUEUE_URL");
+        assert!(
+            err.to_string()
+                .starts_with("K2B_WAKEUP_QUEUE_URL is required outside local mode")
+        );
+        // Locally the same function delivers in process.
+        let local = parse_for(Mode::Local, Needs::DATABASE.with_queues(), &base).expect("local");
+        assert!(local.wakeup_queue_url.is_none());
+        assert_eq!(
+            local.live_queue_url.as_deref(),
+            Some("https://sqs.example/1/live.fifo")
+        );
     }
 }

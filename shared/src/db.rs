@@ -39,10 +39,57 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, DbError> {
         .map_err(|_| DbError::InvalidUrl)
 }
 
+/// Limits the server applies to every statement of a pool's connections, so no wait on
+/// Postgres — a slow statement, a row lock held elsewhere, a transaction left open by a frozen
+/// execution environment — outlasts the caller's own deadline. A transaction can still set a
+/// tighter or longer local limit (`SET LOCAL`), as issuance does with its own deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbLimits {
+    /// `statement_timeout`.
+    pub statement: Duration,
+    /// `lock_timeout`: waiting for a row or table lock.
+    pub lock: Duration,
+    /// `idle_in_transaction_session_timeout`: ends a transaction whose client went quiet (a
+    /// Lambda environment frozen after answering), releasing its locks.
+    pub idle_in_transaction: Duration,
+}
+
+impl DbLimits {
+    /// HTTP functions: every wait ends far inside the route budget (`lambda::ROUTE_BUDGET`).
+    pub const HTTP: DbLimits = DbLimits {
+        statement: Duration::from_secs(5),
+        lock: Duration::from_secs(3),
+        idle_in_transaction: Duration::from_secs(10),
+    };
+    /// Queue and scheduled functions: longer batches, still never unbounded.
+    pub const EVENTS: DbLimits = DbLimits {
+        statement: Duration::from_secs(60),
+        lock: Duration::from_secs(30),
+        idle_in_transaction: Duration::from_secs(60),
+    };
+}
+
 /// The pool of one execution environment: a few connections, opened on first use (a cold start
 /// does not wait for Postgres), a short acquire timeout so an exhausted pool fails fast.
 pub fn lazy_pool(config: &Config) -> Result<PgPool, DbError> {
-    let options = connect_options(config.database_url.expose())?;
+    lazy_pool_from(config, connect_options(config.database_url.expose())?)
+}
+
+/// [`lazy_pool`] with server-side limits on every connection.
+pub fn lazy_pool_with(config: &Config, limits: DbLimits) -> Result<PgPool, DbError> {
+    let millis = |d: Duration| d.as_millis().to_string();
+    let options = connect_options(config.database_url.expose())?.options([
+        ("statement_timeout", millis(limits.statement)),
+        ("lock_timeout", millis(limits.lock)),
+        (
+            "idle_in_transaction_session_timeout",
+            millis(limits.idle_in_transaction),
+        ),
+    ]);
+    lazy_pool_from(config, options)
+}
+
+fn lazy_pool_from(config: &Config, options: PgConnectOptions) -> Result<PgPool, DbError> {
     Ok(PgPoolOptions::new()
         .max_connections(config.db.max_connections)
         .min_connections(0)
@@ -288,5 +335,31 @@ mod tests {
             .block_on(async { lazy_pool(&config) })
             .expect("pool");
         assert_eq!(pool.size(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_limited_pool_sets_its_limits_on_every_connection() {
+        let db = TestDb::new().await;
+        let pool = lazy_pool_with(&db.config(), DbLimits::HTTP).expect("pool");
+        let mut conn = pool.acquire().await.expect("connection");
+        let mut shown = Vec::new();
+        for setting in [
+            "SHOW statement_timeout",
+            "SHOW lock_timeout",
+            "SHOW idle_in_transaction_session_timeout",
+        ] {
+            let value: String = sqlx::query_scalar(setting)
+                .fetch_one(&mut *conn)
+                .await
+                .expect("show");
+            shown.push(value);
+        }
+        assert_eq!(shown, ["5s", "3s", "10s"]);
+        // A statement past the limit ends with the server's cancellation, not a hang.
+        let error = sqlx::query("SELECT pg_sleep(6)")
+            .execute(&mut *conn)
+            .await
+            .expect_err("cancelled");
+        assert!(error.to_string().contains("statement timeout"), "{error}");
     }
 }

@@ -8,5 +8,6 @@ pub mod headers;
 pub mod locale;
 pub mod origin;
 pub mod rate_limit;
+pub mod routes;
 
 pub use error::ApiError;

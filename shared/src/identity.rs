@@ -118,6 +118,8 @@ pub enum IdentityError {
     PromoteFailed(Purpose),
     #[error("Failed to create initial {0} signing key")]
     CreateFailed(Purpose),
+    #[error("This function holds no Cloud identity key-encryption key")]
+    NoKeyEncryptionKey,
     #[error("No configured KEK can decrypt Cloud identity key {0}")]
     NoKek(String),
     #[error("Cloud identity key {0} could not be decrypted")]
@@ -197,12 +199,12 @@ pub trait SignerSource: Send + Sync {
 /// The production signer source: [`ring::maintain_purpose`] bounded at 30 s, then import.
 pub struct DbSignerSource {
     pool: PgPool,
-    keks: KekSet,
+    keks: Option<KekSet>,
     metrics: Arc<Metrics>,
 }
 
 impl DbSignerSource {
-    pub fn new(pool: PgPool, keks: KekSet, metrics: Arc<Metrics>) -> DbSignerSource {
+    pub fn new(pool: PgPool, keks: Option<KekSet>, metrics: Arc<Metrics>) -> DbSignerSource {
         DbSignerSource {
             pool,
             keks,
@@ -217,6 +219,7 @@ impl SignerSource for DbSignerSource {
         let keks = self.keks.clone();
         let metrics = self.metrics.clone();
         async move {
+            let keks = keks.ok_or(IdentityError::NoKeyEncryptionKey)?;
             let deadline = tokio::time::Instant::now() + REFRESH_TIMEOUT;
             let (row, changes) = ring::maintain_purpose(&pool, &keks, purpose, deadline).await?;
             if changes.promoted || changes.created_active {
@@ -255,7 +258,7 @@ type VerifyKeyCache = HashMap<(Purpose, String), (tokio::time::Instant, Arc<Deco
 
 struct IdentityInner {
     pool: PgPool,
-    keks: KekSet,
+    keks: Option<KekSet>,
     source: Arc<dyn SignerSource>,
     runtime: RuntimeConfigCache,
     signers: Arc<Mutex<HashMap<Purpose, CachedSigner>>>,
@@ -273,10 +276,11 @@ pub struct Identity(Arc<IdentityInner>);
 const VERIFY_KEY_CACHE: Duration = Duration::from_secs(60);
 
 impl Identity {
-    /// The production service: keys in `pool`, encrypted with `keks`, issuer from `settings`.
+    /// The production service: keys in `pool`, encrypted with `keks` (`None` in a function that
+    /// only verifies), issuer from `settings`.
     pub fn new(
         pool: PgPool,
-        keks: KekSet,
+        keks: Option<KekSet>,
         settings: Arc<Settings>,
         production: bool,
         jwks_origin: Option<String>,
@@ -300,7 +304,7 @@ impl Identity {
     /// A service with substituted signer and settings sources (tests).
     pub fn from_parts(
         pool: PgPool,
-        keks: KekSet,
+        keks: Option<KekSet>,
         source: Arc<dyn SignerSource>,
         runtime: RuntimeConfigCache,
         metrics: Arc<Metrics>,
@@ -321,8 +325,12 @@ impl Identity {
     pub fn pool(&self) -> &PgPool {
         &self.0.pool
     }
-    pub fn keks(&self) -> &KekSet {
-        &self.0.keks
+    /// The key-encryption keys, or an error in a function that holds none.
+    pub fn keks(&self) -> Result<&KekSet, IdentityError> {
+        self.0
+            .keks
+            .as_ref()
+            .ok_or(IdentityError::NoKeyEncryptionKey)
     }
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
@@ -477,8 +485,9 @@ impl Identity {
         for purpose in Purpose::ALL {
             self.prepare_signer(purpose).await?;
         }
-        if self.0.keks.previous.is_some() {
-            let count = ring::rewrap(&self.0.pool, &self.0.keks).await?;
+        let keks = self.keks()?;
+        if keks.previous.is_some() {
+            let count = ring::rewrap(&self.0.pool, keks).await?;
             self.invalidate_all_signers();
             return Ok(count);
         }
@@ -511,7 +520,8 @@ impl Identity {
         let mut report = KeyMaintenanceReport::default();
         for purpose in Purpose::ALL {
             let deadline = tokio::time::Instant::now() + REFRESH_TIMEOUT;
-            match ring::maintain_purpose(&self.0.pool, &self.0.keks, purpose, deadline).await {
+            let keks = self.keks()?;
+            match ring::maintain_purpose(&self.0.pool, keks, purpose, deadline).await {
                 Ok((_, changes)) => {
                     if changes.promoted || changes.created_active {
                         self.0.metrics.inc(Counter::RotationSuccess);

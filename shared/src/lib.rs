@@ -13,9 +13,11 @@ pub mod cpu;
 pub mod db;
 pub mod http;
 pub mod identity;
+pub mod lambda;
 pub mod outbox;
 pub mod pwa;
 pub mod registry;
+pub mod secret;
 pub mod settings;
 pub mod telemetry;
 pub mod widgets;
@@ -28,8 +30,8 @@ use sqlx::PgPool;
 use crate::config::Config;
 use crate::db::DbError;
 use crate::identity::Identity;
-use crate::outbox::live::{LiveOutboxes, MemoryLivePublisher, SqsLivePublisher};
-use crate::outbox::{LocalWakeups, Publisher, SqsWakeups, Wakeups};
+use crate::outbox::live::{LiveOutboxes, MemoryLivePublisher, NoLiveQueue, SqsLivePublisher};
+use crate::outbox::{LocalWakeups, NoWakeupQueue, Publisher, SqsWakeups, Wakeups};
 use crate::settings::Settings;
 
 /// The shared state of one execution environment, cheap to clone into every handler.
@@ -41,13 +43,13 @@ pub struct CoreInner {
     pub pool: PgPool,
     pub settings: Arc<Settings>,
     pub identity: Identity,
-    /// Where outbox wake-ups go (SQS, or in process).
+    /// Where outbox wake-ups go (SQS, or in process in local mode).
     pub wakeups: Arc<dyn Wakeups>,
-    /// In-process wake-ups, when no wake-up queue is configured (the local runner drains them).
+    /// In-process wake-ups, in local mode without a wake-up queue (the local runner drains them).
     pub local_wakeups: Option<Arc<LocalWakeups>>,
     /// The live-update outboxes, one per app.
     pub live: Arc<LiveOutboxes>,
-    /// Published live updates kept in memory, when no live queue is configured.
+    /// Published live updates kept in memory, in local mode without a live queue.
     pub memory_live: Option<Arc<MemoryLivePublisher>>,
     /// The last installation logo parsed (the icons, the manifest and the worker script read it).
     pub icon_source: branding::IconSourceMemo,
@@ -64,7 +66,7 @@ impl Core {
     pub fn with_pool(config: Config, pool: PgPool) -> Core {
         let settings = Arc::new(Settings::new(
             pool.clone(),
-            config.app_secret.expose(),
+            config.app_secret.as_ref().map(|secret| secret.expose()),
             config.settings_cache,
             config.app_url.clone(),
         ));
@@ -76,19 +78,24 @@ impl Core {
             config.identity.jwks_origin.clone(),
             config.identity.oauth_jwks_origin.clone(),
         );
+        // Without a queue, local mode delivers in process; a deployed function never falls back
+        // silently (a function that sends refuses to start without its queue, see `Needs`).
+        let local = config.mode.is_local();
         let (wakeups, local_wakeups): (Arc<dyn Wakeups>, _) = match &config.wakeup_queue_url {
             Some(url) => (Arc::new(SqsWakeups::new(url.clone())), None),
-            None => {
+            None if local => {
                 let local = Arc::new(LocalWakeups::default());
                 (local.clone(), Some(local))
             }
+            None => (Arc::new(NoWakeupQueue), None),
         };
         let (publisher, memory_live): (Arc<dyn Publisher>, _) = match &config.live_queue_url {
             Some(url) => (Arc::new(SqsLivePublisher::new(url.clone())), None),
-            None => {
+            None if local => {
                 let memory = Arc::new(MemoryLivePublisher::default());
                 (memory.clone(), Some(memory))
             }
+            None => (Arc::new(NoLiveQueue), None),
         };
         let live = Arc::new(LiveOutboxes::new(pool.clone(), publisher, wakeups.clone()));
         Core(Arc::new(CoreInner {
@@ -124,5 +131,29 @@ impl Deref for Core {
     type Target = CoreInner;
     fn deref(&self) -> &CoreInner {
         &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Mode, Needs};
+
+    fn core(mode: Mode) -> Core {
+        let config = Config::from_lookup_for(mode, Needs::DATABASE, |name| {
+            (name == "DATABASE_URL").then(|| "postgres://nobody@127.0.0.1:1/none".to_string())
+        })
+        .expect("config");
+        Core::new(config).expect("core")
+    }
+
+    #[tokio::test]
+    async fn only_local_mode_keeps_queues_in_process() {
+        let deployed = core(Mode::Production);
+        assert!(deployed.memory_live.is_none());
+        assert!(deployed.local_wakeups.is_none());
+        let local = core(Mode::Local);
+        assert!(local.memory_live.is_some());
+        assert!(local.local_wakeups.is_some());
     }
 }

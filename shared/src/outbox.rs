@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use config::OutboxConfig;
 pub use drain::{Drainer, OutboxResolver, PassOutcome};
 pub use engine::{Outbox, OutboxRow, PublishError, Publisher, backoff};
-pub use wakeup::{LocalWakeups, SqsWakeups, WakeRequest, Wakeups};
+pub use wakeup::{LocalWakeups, NoWakeupQueue, SqsWakeups, WakeRequest, Wakeups};
 
 /// The outbox area's one error type.
 #[derive(Debug, thiserror::Error)]

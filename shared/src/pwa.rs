@@ -26,6 +26,9 @@ use crate::registry::store;
 
 /// Largest request body of the PWA routes.
 pub const BODY_BYTES: usize = 8192;
+/// The bound of issuing an app session (completion, renewal, launch). These run on HTTP routes,
+/// so the bound ends well inside the route budget rather than at issuance's 30 s default.
+pub const ISSUANCE_TIMEOUT_MS: f64 = 10_000.0;
 /// How long a started pairing can be claimed by a phone.
 pub const LINK_CLAIM_SECONDS: i64 = 300;
 /// How long a pairing lives from its start.

@@ -28,6 +28,9 @@ pub enum SettingsError {
         "stored value of setting `{0}` does not decrypt (tampered, or written with another APP_SECRET)"
     )]
     Tampered(String),
+    /// A stored value, and this process holds no `APP_SECRET` (a function that reads no settings).
+    #[error("setting `{0}` is stored encrypted and this process holds no APP_SECRET")]
+    NoSecret(String),
     #[error("stored value of setting `{key}` is not valid: {reason}")]
     InvalidStored { key: String, reason: String },
     #[error("settings database error: {0}")]
@@ -65,23 +68,25 @@ impl AccountCategory {
 /// Reads and writes settings. One per process, shared through [`crate::Core`].
 pub struct Settings {
     pool: PgPool,
-    cipher: SettingsCipher,
+    /// `None` in a function that holds no `APP_SECRET`: defaults still read, stored values do not.
+    cipher: Option<SettingsCipher>,
     cache_ttl: Duration,
     cache: Mutex<HashMap<&'static str, (Instant, Value)>>,
     env_app_url: Option<String>,
 }
 
 impl Settings {
-    /// `cache_ttl` zero disables the cache; `env_app_url` is `APP_URL`, the fallback for `app.url`.
+    /// `cache_ttl` zero disables the cache; `env_app_url` is `APP_URL`, the fallback for `app.url`;
+    /// without `app_secret`, stored values cannot be read or written.
     pub fn new(
         pool: PgPool,
-        app_secret: &str,
+        app_secret: Option<&str>,
         cache_ttl: Duration,
         env_app_url: Option<String>,
     ) -> Settings {
         Settings {
             pool,
-            cipher: SettingsCipher::new(app_secret),
+            cipher: app_secret.map(SettingsCipher::new),
             cache_ttl,
             cache: Mutex::new(HashMap::new()),
             env_app_url,
@@ -135,7 +140,7 @@ impl Settings {
 
     fn decode(&self, def: &SettingDef, stored: &str) -> Result<Value, SettingsError> {
         let plaintext = self
-            .cipher
+            .cipher(def)?
             .decrypt(def.key, stored)
             .map_err(|_| SettingsError::Tampered(def.key.to_string()))?;
         let value: Value =
@@ -150,6 +155,12 @@ impl Settings {
             });
         }
         Ok(value)
+    }
+
+    fn cipher(&self, def: &SettingDef) -> Result<&SettingsCipher, SettingsError> {
+        self.cipher
+            .as_ref()
+            .ok_or_else(|| SettingsError::NoSecret(def.key.to_string()))
     }
 
     fn fallback(&self, def: &SettingDef) -> Value {
@@ -193,7 +204,7 @@ impl Settings {
             key: key.to_string(),
             reason: "cannot be serialised".into(),
         })?;
-        let encrypted = self.cipher.encrypt(def.key, &plaintext);
+        let encrypted = self.cipher(def)?.encrypt(def.key, &plaintext);
         sqlx::query(
             "INSERT INTO settings.entries (key, value, updated_at) VALUES ($1, $2, now())
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
@@ -309,7 +320,7 @@ mod tests {
     use serde_json::json;
 
     fn settings(db: &TestDb, ttl: Duration) -> Settings {
-        Settings::new(db.pool.clone(), TEST_APP_SECRET, ttl, None)
+        Settings::new(db.pool.clone(), Some(TEST_APP_SECRET), ttl, None)
     }
 
     async fn stored_value(db: &TestDb, key: &str) -> String {
@@ -334,7 +345,7 @@ mod tests {
         assert!(raw.starts_with("v1."), "{raw}");
         assert!(!raw.contains("Example"));
         // Another process with the same secret reads it.
-        let other = Settings::new(db.pool.clone(), TEST_APP_SECRET, Duration::ZERO, None);
+        let other = Settings::new(db.pool.clone(), Some(TEST_APP_SECRET), Duration::ZERO, None);
         assert_eq!(other.app_name().await.expect("get"), "Example Cloud");
     }
 
@@ -374,7 +385,7 @@ mod tests {
         // And so is a value written under another APP_SECRET.
         let foreign = Settings::new(
             db.pool.clone(),
-            "a different secret, at least 32 characters long",
+            Some("a different secret, at least 32 characters long"),
             Duration::ZERO,
             None,
         );
@@ -385,12 +396,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn without_app_secret_defaults_read_and_stored_values_do_not() {
+        let db = TestDb::new().await;
+        settings(&db, Duration::ZERO)
+            .set("app.name", json!("Stored"))
+            .await
+            .expect("set");
+        let keyless = Settings::new(db.pool.clone(), None, Duration::ZERO, None);
+        assert_eq!(
+            keyless.get("app.locale").await.expect("a default"),
+            json!("en")
+        );
+        assert!(matches!(
+            keyless.get("app.name").await,
+            Err(SettingsError::NoSecret(key)) if key == "app.name"
+        ));
+        assert!(matches!(
+            keyless.set("app.name", json!("Other")).await,
+            Err(SettingsError::NoSecret(_))
+        ));
+    }
+
+    #[tokio::test]
     async fn cache_serves_until_invalidated_and_set_invalidates() {
         let db = TestDb::new().await;
         let settings = settings(&db, Duration::from_secs(60));
         assert_eq!(settings.app_name().await.expect("default"), "My App");
         // A write by another process is not seen while the cached copy is fresh...
-        let other = Settings::new(db.pool.clone(), TEST_APP_SECRET, Duration::ZERO, None);
+        let other = Settings::new(db.pool.clone(), Some(TEST_APP_SECRET), Duration::ZERO, None);
         other
             .set("app.name", json!("Elsewhere"))
             .await
@@ -433,7 +466,7 @@ mod tests {
         );
         let with_env = Settings::new(
             db.pool.clone(),
-            TEST_APP_SECRET,
+            Some(TEST_APP_SECRET),
             Duration::ZERO,
             Some("https://cloud.example.test/".into()),
         );

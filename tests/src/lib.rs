@@ -7,6 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod lambda;
+
 pub use k2b_core::db::testing::{TEST_APP_SECRET, TestDb};
 
 use k2b_core::Core;
@@ -89,32 +91,36 @@ const SCRUBBED: &[&str] = &[
     "K2B_LOG_FORMAT",
 ];
 
-/// The `k2b-local` binary next to this test binary, built on first use if missing (the check
-/// runs once per process).
+/// The `k2b-local` binary next to this test binary, built on first use if missing.
 pub fn local_binary() -> PathBuf {
-    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BINARY.get_or_init(find_or_build_local).clone()
+    workspace_binary("k2b-local")
 }
 
-fn find_or_build_local() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
-    // target/<profile>/deps/<test binary> → target/<profile>/k2b-local
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()))
-        .to_path_buf();
-    let binary = profile_dir.join("k2b-local");
-    // Benchmarks run from target/release (the bench profile): they build the runner alike, and
-    // always (a no-op when it is current), so they never measure a stale binary.
-    let bench = profile_dir.ends_with("release");
+/// A binary of the workspace in this build's profile (`target/debug` for tests,
+/// `target/release` — the bench profile — for benchmarks). Missing binaries are built once per
+/// process; benchmarks always build (a no-op when current), so they never measure a stale one.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    static PROFILE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    let dir = PROFILE_DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+        // target/<profile>/deps/<test binary> → target/<profile>
+        exe.parent()
+            .and_then(|deps| deps.parent())
+            .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()))
+            .to_path_buf()
+    });
+    let bench = dir.ends_with("release");
+    let binary = dir.join(name);
     if bench || !binary.exists() {
-        let profile = if bench { "bench" } else { "dev" };
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--profile", profile, "--workspace", "--bins"])
-            .status()
-            .unwrap_or_else(|e| panic!("run cargo build: {e}"));
-        assert!(status.success(), "cargo build --workspace --bins failed");
+        BUILD.call_once(|| {
+            let profile = if bench { "bench" } else { "dev" };
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "--profile", profile, "--workspace", "--bins"])
+                .status()
+                .unwrap_or_else(|e| panic!("run cargo build: {e}"));
+            assert!(status.success(), "cargo build --workspace --bins failed");
+        });
     }
     binary
 }

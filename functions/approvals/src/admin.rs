@@ -2,13 +2,13 @@
 //! `/api/accounts/users`). The admin role is the caller's current one; an app session never has
 //! it.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
-use axum::{Json, Router};
 use http::{HeaderMap, HeaderValue, header};
 use k2b_core::auth::{Actor, CurrentActor, Role};
 use k2b_core::http::ApiError;
+use k2b_core::http::routes::Routes;
 use k2b_core::pwa::PwaError;
 use k2b_core::pwa::devices::{self, DeviceAdministrator};
 use serde_json::json;
@@ -16,13 +16,10 @@ use uuid::Uuid;
 
 use crate::{ApprovalsState, RequestFacts};
 
-pub(crate) fn routes() -> Router<ApprovalsState> {
-    Router::new()
-        .route("/api/accounts/users/{id}/app-devices", get(list))
-        .route(
-            "/api/accounts/users/{id}/app-devices/{device_id}",
-            delete(revoke),
-        )
+pub(crate) fn routes() -> Routes<ApprovalsState> {
+    Routes::new()
+        .get("/api/accounts/users/{id}/app-devices", list)
+        .delete("/api/accounts/users/{id}/app-devices/{device_id}", revoke)
 }
 
 /// The administrator behind a request: 401 when anonymous, 403 without a person.

@@ -24,10 +24,12 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use k2b_core::Core;
+use k2b_core::config::Needs;
 use k2b_core::http::cookies::SetCookie;
 use k2b_core::http::headers::{client_request_id, request_id};
 use k2b_core::http::origin::origin_matches;
 use k2b_core::http::rate_limit::RateLimiter;
+use k2b_core::http::routes::Routes;
 use k2b_core::pwa::PwaError;
 use serde_json::json;
 
@@ -44,8 +46,15 @@ impl FromRef<ApprovalsState> for Core {
     }
 }
 
+/// The function: the database, `APP_SECRET` (origin, rate limit, issuer and account settings)
+/// and the identity key-encryption keys (it issues app sessions).
+pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
+    name: "approvals",
+    needs: Needs::DATABASE.with_settings().with_signing_keys(),
+};
+
 /// The function's routes.
-pub fn router(core: Core) -> Router {
+pub fn routes(core: Core) -> Routes {
     let state = ApprovalsState {
         core,
         limiter: Arc::new(RateLimiter::new()),
@@ -53,11 +62,18 @@ pub fn router(core: Core) -> Router {
     // A known path with another method is a bad request like any other (JSON body, PWA headers).
     let pwa = web::routes()
         .merge(phone::routes())
-        .method_not_allowed_fallback(|| async { PwaError::InvalidRequest })
+        .map_router(|router| {
+            router.method_not_allowed_fallback(|| async { PwaError::InvalidRequest })
+        })
         .layer(middleware::from_fn_with_state(state.clone(), transport));
     pwa.merge(admin::routes())
         .layer(middleware::from_fn(request_id))
         .with_state(state)
+}
+
+/// The routes as the front door serves them.
+pub fn router(core: Core) -> Router {
+    k2b_core::lambda::front_door(routes(core))
 }
 
 /// Transport rules of both PWA routers: the privacy headers on every response, the `Origin`

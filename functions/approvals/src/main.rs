@@ -1,10 +1,3 @@
-use k2b_core::Core;
-use k2b_core::config::{Config, Mode};
-
-#[tokio::main]
-async fn main() -> Result<(), lambda_http::Error> {
-    let config = Config::from_env_or_exit(Mode::Production);
-    k2b_core::telemetry::init(config.log_format);
-    let core = Core::new(config)?;
-    lambda_http::run(approvals::router(core)).await
+fn main() -> Result<(), k2b_core::lambda::Error> {
+    k2b_core::lambda::serve_http(approvals::FUNCTION, approvals::routes)
 }

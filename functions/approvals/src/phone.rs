@@ -1,15 +1,15 @@
 //! The phone's side (`/pwa/_auth`): the only path the device key cookie is sent to.
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use chrono::Utc;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::Core;
 use k2b_core::http::body::read_json;
 use k2b_core::http::cookies::{SameSiteMode, SetCookie, get_cookie};
+use k2b_core::http::routes::Routes;
 use k2b_core::identity::session::SESSION_COOKIE as WEB_SESSION_COOKIE;
 use k2b_core::pwa::launch::launch_target;
 use k2b_core::pwa::pairing::{CompleteRequest, Completion, Credentials};
@@ -21,19 +21,21 @@ use serde_json::json;
 use crate::sessions::{device_key, presented};
 use crate::{ApprovalsState, RequestFacts, secure_cookies, with_cookies};
 
+/// How long launch works before it redirects to [`UNAVAILABLE_TARGET`]: inside the route budget,
+/// so its answer is always its own 302.
+pub(crate) const LAUNCH_BUDGET: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Where launch sends the app when the service cannot answer.
 pub(crate) const UNAVAILABLE_TARGET: &str = "/pwa/?pwa=unavailable";
 
-pub(crate) fn routes() -> Router<ApprovalsState> {
-    Router::new()
-        .route("/pwa/_auth/pairings/claim", post(claim))
-        .route("/pwa/_auth/pairings/complete", post(complete))
-        .route("/pwa/_auth/session/renew", post(renew_session))
-        .route("/pwa/_auth/session/launch", get(launch))
-        .route(
-            "/pwa/_auth/session",
-            axum::routing::patch(rename).delete(unpair),
-        )
+pub(crate) fn routes() -> Routes<ApprovalsState> {
+    Routes::new()
+        .post("/pwa/_auth/pairings/claim", claim)
+        .post("/pwa/_auth/pairings/complete", complete)
+        .post("/pwa/_auth/session/renew", renew_session)
+        .get("/pwa/_auth/session/launch", launch)
+        .patch("/pwa/_auth/session", rename)
+        .delete("/pwa/_auth/session", unpair)
 }
 
 fn pairing_cookie_removal(core: &Core) -> SetCookie {
@@ -280,11 +282,15 @@ async fn launch(
             .find(|(key, _)| key == "to")
             .map(|(_, value)| value.into_owned())
     });
-    let result = async {
+    let work = async {
         require_shell(core).await?;
         run_renew(core, &headers).await
-    }
-    .await;
+    };
+    // Launch always redirects: work that outlasts its budget is "unavailable" like any failure.
+    let result = match tokio::time::timeout(LAUNCH_BUDGET, work).await {
+        Ok(result) => result,
+        Err(_) => Err(PwaError::Unavailable("LaunchTimeout")),
+    };
     match result {
         Ok((RenewOutcome::Renewed { credentials, .. }, _)) => launch_redirect(
             &launch_target(to.as_deref()),

@@ -1,12 +1,12 @@
 //! The browser's side of pairing (`/api/auth/pwa/v1`): a web session only.
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
 use http::{HeaderMap, StatusCode};
 use k2b_core::http::body::read_json;
+use k2b_core::http::routes::Routes;
 use k2b_core::pwa::{self, PwaError, devices, pairing};
 use serde::Deserialize;
 use serde_json::json;
@@ -15,14 +15,14 @@ use uuid::Uuid;
 use crate::sessions::web_actor;
 use crate::{ApprovalsState, RequestFacts};
 
-pub(crate) fn routes() -> Router<ApprovalsState> {
-    Router::new()
-        .route("/api/auth/pwa/v1/pairings", post(start))
-        .route("/api/auth/pwa/v1/pairings/{id}", get(inspect))
-        .route("/api/auth/pwa/v1/pairings/{id}/confirm", post(confirm))
-        .route("/api/auth/pwa/v1/pairings/{id}/cancel", post(cancel))
-        .route("/api/auth/pwa/v1/devices", get(list_devices))
-        .route("/api/auth/pwa/v1/devices/{id}", delete(revoke_device))
+pub(crate) fn routes() -> Routes<ApprovalsState> {
+    Routes::new()
+        .post("/api/auth/pwa/v1/pairings", start)
+        .get("/api/auth/pwa/v1/pairings/{id}", inspect)
+        .post("/api/auth/pwa/v1/pairings/{id}/confirm", confirm)
+        .post("/api/auth/pwa/v1/pairings/{id}/cancel", cancel)
+        .get("/api/auth/pwa/v1/devices", list_devices)
+        .delete("/api/auth/pwa/v1/devices/{id}", revoke_device)
 }
 
 /// A path id: a UUID, else 400.

@@ -16,12 +16,13 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Router, middleware};
 use k2b_core::Core;
+use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::etag::if_none_match;
 use k2b_core::http::headers::request_id;
+use k2b_core::http::routes::Routes;
 
 pub use cache::{APP_ICON_RETRY_SECONDS, AppIcons};
 pub use worker::{IconRenderer, WorkerRenderer, run_if_worker};
@@ -32,8 +33,19 @@ struct IconsState {
     icons: Arc<AppIcons>,
 }
 
-/// The routes, rendering with a worker started from this very binary.
+/// The function: the database and `APP_SECRET` (it reads the logo setting).
+pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
+    name: "icons",
+    needs: Needs::DATABASE.with_settings(),
+};
+
+/// The routes as the front door serves them.
 pub fn router(core: Core) -> Router {
+    k2b_core::lambda::front_door(routes(core))
+}
+
+/// The routes, rendering with a worker started from this very binary.
+pub fn routes(core: Core) -> Routes {
     let renderer: Arc<dyn IconRenderer> = match WorkerRenderer::current_exe() {
         Ok(renderer) => Arc::new(renderer),
         Err(error) => {
@@ -41,15 +53,20 @@ pub fn router(core: Core) -> Router {
             Arc::new(Unavailable)
         }
     };
-    router_with(core, Arc::new(AppIcons::new(renderer)))
+    routes_with(core, Arc::new(AppIcons::new(renderer)))
 }
 
 /// The routes over a given icon cache (tests choose the renderer).
-pub fn router_with(core: Core, icons: Arc<AppIcons>) -> Router {
-    Router::new()
-        .route("/branding/{file}", get(icon))
+pub fn routes_with(core: Core, icons: Arc<AppIcons>) -> Routes {
+    Routes::new()
+        .get_and_head("/branding/{file}", icon)
         .layer(middleware::from_fn(request_id))
         .with_state(IconsState { core, icons })
+}
+
+/// [`routes_with`] as the front door serves them.
+pub fn router_with(core: Core, icons: Arc<AppIcons>) -> Router {
+    k2b_core::lambda::front_door(routes_with(core, icons))
 }
 
 struct Unavailable;

@@ -6,9 +6,26 @@
 use std::time::Duration;
 
 use k2b_core::Core;
+use k2b_core::config::Needs;
+use k2b_core::lambda::{EventFuture, Function, Invocation};
 use k2b_core::pwa::{self, PwaError};
 use k2b_core::registry::{RegistryError, store};
 use serde::Serialize;
+
+/// The function: the database only.
+pub const FUNCTION: Function = Function {
+    name: "maintenance",
+    needs: Needs::DATABASE,
+};
+
+/// The scheduled handler: any schedule payload (an EventBridge "Scheduled Event" envelope or a
+/// ScheduleV2 input) runs every task once.
+pub fn handler(core: Core) -> impl Fn(Invocation) -> EventFuture {
+    move |_invocation| {
+        let core = core.clone();
+        Box::pin(async move { Ok(serde_json::to_value(run(&core).await?)?) })
+    }
+}
 
 /// How long an expired registry entry is kept before it is deleted (readers already ignore it).
 pub const REGISTRY_PRUNE_GRACE: Duration = Duration::from_secs(600);

@@ -12,13 +12,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Router, middleware};
 use k2b_core::Core;
 use k2b_core::branding::AppIconSource;
+use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::etag::{if_none_match, sha256_etag};
 use k2b_core::http::headers::request_id;
+use k2b_core::http::routes::Routes;
 use serde::Serialize;
 
 pub const MANIFEST_PATH: &str = "/pwa/manifest.webmanifest";
@@ -28,13 +29,24 @@ pub const PWA_SCOPE: &str = "/pwa/";
 /// The fixed part of the service worker.
 pub const WORKER_SOURCE: &str = include_str!("../assets/service-worker.js");
 
+/// The function: the database and `APP_SECRET` (it reads the name, locale and logo settings).
+pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
+    name: "manifest",
+    needs: Needs::DATABASE.with_settings(),
+};
+
 /// The routes.
-pub fn router(core: Core) -> Router {
-    Router::new()
-        .route(MANIFEST_PATH, get(manifest))
-        .route(SERVICE_WORKER_PATH, get(service_worker))
+pub fn routes(core: Core) -> Routes {
+    Routes::new()
+        .get(MANIFEST_PATH, manifest)
+        .get(SERVICE_WORKER_PATH, service_worker)
         .layer(middleware::from_fn(request_id))
         .with_state(core)
+}
+
+/// The routes as the front door serves them.
+pub fn router(core: Core) -> Router {
+    k2b_core::lambda::front_door(routes(core))
 }
 
 #[derive(Serialize)]

@@ -10,10 +10,31 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use k2b_core::Core;
+use k2b_core::config::Needs;
+use k2b_core::lambda::{EventFuture, Function, Invocation};
 use k2b_core::outbox::{Drainer, OutboxError, OutboxRef, PassOutcome};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
+
+/// The function: the database and both queues (it publishes live updates and sends delayed
+/// wake-ups for retries). It reads no setting.
+pub const FUNCTION: Function = Function {
+    name: "outbox",
+    needs: Needs::DATABASE.with_queues(),
+};
+
+/// The handler of both triggers, passes bounded by the invocation's deadline.
+pub fn handler(core: Core) -> impl Fn(Invocation) -> EventFuture {
+    let drainer = std::sync::Arc::new(core.drainer());
+    move |invocation| {
+        let drainer = drainer.clone();
+        Box::pin(async move {
+            Ok(handle(&drainer, invocation.payload, Some(invocation.deadline)).await?)
+        })
+    }
+}
 
 /// Runs the passes a batch of wake-ups asks for and reports the messages of failed passes.
 pub async fn handle_wakeups(

@@ -11,12 +11,13 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
 use axum::{Json, Router, middleware};
 use k2b_core::Core;
+use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::{request_id, set_no_store};
+use k2b_core::http::routes::Routes;
 use k2b_core::identity::workload::{self, WorkloadIdentity};
 use k2b_core::identity::{
     INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring,
@@ -29,14 +30,25 @@ use sha2::{Digest, Sha256};
 /// The scope an app's credential needs to publish its entry.
 pub const PUBLISH_SCOPE: &str = "registry:publish";
 
+/// The function: the database only (JWKS are public keys; credentials are checked by hash).
+pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
+    name: "registry",
+    needs: Needs::DATABASE,
+};
+
 /// The function's routes.
-pub fn router(core: Core) -> Router {
-    Router::new()
-        .route(SESSION_JWKS_PATH, get(session_jwks))
-        .route(INVOCATION_JWKS_PATH, get(invocation_jwks))
-        .route("/api/registry/v1/apps/{app_id}", put(publish))
+pub fn routes(core: Core) -> Routes {
+    Routes::new()
+        .get(SESSION_JWKS_PATH, session_jwks)
+        .get(INVOCATION_JWKS_PATH, invocation_jwks)
+        .put("/api/registry/v1/apps/{app_id}", publish)
         .layer(middleware::from_fn(request_id))
         .with_state(core)
+}
+
+/// The routes as the front door serves them.
+pub fn router(core: Core) -> Router {
+    k2b_core::lambda::front_door(routes(core))
 }
 
 async fn session_jwks(State(core): State<Core>, headers: HeaderMap) -> Response {

@@ -9,11 +9,12 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use k2b_core::Core;
 use k2b_core::auth::{Actor, authenticate};
+use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::headers::request_id;
+use k2b_core::http::routes::Routes;
 use k2b_core::widgets::{WIDGET_CONCURRENCY, WIDGET_STREAM_DEADLINE, WIDGET_TIMEOUT};
 
 pub mod call;
@@ -52,20 +53,37 @@ pub(crate) struct WidgetsState {
     pub options: Arc<WidgetsOptions>,
 }
 
+/// The function: the database, `APP_SECRET` (the issuer and account settings) and the identity
+/// key-encryption keys (it signs invocation tokens).
+pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
+    name: "widgets",
+    needs: Needs::DATABASE.with_settings().with_signing_keys(),
+};
+
 /// The routes with the standard budgets.
+pub fn routes(core: Core) -> Routes {
+    routes_with(core, WidgetsOptions::default())
+}
+
+/// The routes with the standard budgets, as the front door serves them.
 pub fn router(core: Core) -> Router {
     router_with(core, WidgetsOptions::default())
 }
 
-/// The routes with the given budgets and client.
+/// [`routes_with`] as the front door serves them.
 pub fn router_with(core: Core, options: WidgetsOptions) -> Router {
+    k2b_core::lambda::front_door(routes_with(core, options))
+}
+
+/// The routes with the given budgets and client.
+pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
     let state = WidgetsState {
         core,
         options: Arc::new(options),
     };
-    Router::new()
-        .route("/api/widgets/v1", get(stream::widgets))
-        .route("/api/widgets/v1/{app_id}/{widget_id}", get(single::widget))
+    Routes::new()
+        .get("/api/widgets/v1", stream::widgets)
+        .get("/api/widgets/v1/{app_id}/{widget_id}", single::widget)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             require_reader,

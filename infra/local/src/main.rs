@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use k2b_core::config::{Config, Mode};
+use k2b_core::config::{Config, Mode, Needs};
 
 #[derive(Parser)]
 #[command(
@@ -132,7 +132,7 @@ fn main() {
 
 async fn run() {
     let cli = Cli::parse();
-    let config = Config::from_env_or_exit(Mode::Local);
+    let config = Config::from_env_or_exit(Mode::Local, Needs::ALL);
     k2b_core::telemetry::init(config.log_format);
     let result = match cli.command.unwrap_or(Command::Serve {
         listen: serve::DEFAULT_LISTEN,

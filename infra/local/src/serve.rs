@@ -7,12 +7,12 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use k2b_core::Core;
 use k2b_core::config::Config;
 use k2b_core::db;
+use k2b_core::http::routes::Routes;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
 use serde_json::json;
 
@@ -114,18 +114,20 @@ fn no_delay(stream: &mut tokio::net::TcpStream) {
     }
 }
 
-/// Every function's routes plus the runner's own.
+/// Every function's routes plus the runner's own, behind the same front door as on Lambda.
 pub fn router(core: Core) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/_local/live-events", get(live_events))
-        .route("/_local/outbox/sweep", axum::routing::post(sweep_now))
-        .with_state(core.clone())
-        .merge(registry::router(core.clone()))
-        .merge(icons::router(core.clone()))
-        .merge(manifest::router(core.clone()))
-        .merge(widgets::router(core.clone()))
-        .merge(approvals::router(core))
+    let own = Routes::new()
+        .get("/healthz", healthz)
+        .get("/_local/live-events", live_events)
+        .post("/_local/outbox/sweep", sweep_now)
+        .with_state(core.clone());
+    k2b_core::lambda::front_door(
+        own.merge(registry::routes(core.clone()))
+            .merge(icons::routes(core.clone()))
+            .merge(manifest::routes(core.clone()))
+            .merge(widgets::routes(core.clone()))
+            .merge(approvals::routes(core)),
+    )
 }
 
 /// Local only: drain every outbox now (instead of waiting for the minute's sweep).

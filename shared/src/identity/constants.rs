@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+/// The application id the identity services require (`APP_ID`): this bundle is Cloud Core, the
+/// only application that may hold the identity signing keys.
+pub const CORE_APP_ID: &str = "core";
+
 pub const SESSION_JWKS_PATH: &str = "/.well-known/cloud-session-jwks.json";
 pub const INVOCATION_JWKS_PATH: &str = "/.well-known/cloud-invocation-jwks.json";
 pub const OAUTH_JWKS_PATH: &str = "/.well-known/jwks.json";

@@ -19,7 +19,8 @@ use hkdf::Hkdf;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::config::Secret;
+use super::constants::CORE_APP_ID;
+use crate::secret::Secret;
 
 pub const CURRENT_VARIABLE: &str = "CLOUD_IDENTITY_KEY_ENCRYPTION_KEY";
 pub const PREVIOUS_VARIABLE: &str = "CLOUD_IDENTITY_PREVIOUS_KEY";
@@ -132,7 +133,7 @@ impl KekSet {
         previous: Option<&Secret>,
         next: Option<&Secret>,
     ) -> Result<KekSet, KekError> {
-        if app_id.trim() != crate::config::CORE_APP_ID {
+        if app_id.trim() != CORE_APP_ID {
             return Err(KekError::NotCore);
         }
         let present = |s: Option<&Secret>| {

@@ -75,6 +75,21 @@ pub async fn enqueue_access_change(
     Ok(id)
 }
 
+/// The live publisher of a deployed function that holds no live queue: every publish fails (and
+/// is retried by the outbox), never kept in a memory nobody reads.
+pub struct NoLiveQueue;
+
+impl Publisher for NoLiveQueue {
+    fn publish<'a>(&'a self, _row: &'a OutboxRow) -> BoxFuture<'a, Result<(), PublishError>> {
+        async {
+            Err(PublishError(
+                "this function holds no K2B_LIVE_QUEUE_URL".to_string(),
+            ))
+        }
+        .boxed()
+    }
+}
+
 /// A published live update.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

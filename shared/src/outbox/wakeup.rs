@@ -55,6 +55,21 @@ impl Wakeups for LocalWakeups {
     }
 }
 
+/// The wake-ups of a deployed function that holds no wake-up queue (it was never meant to send
+/// any): each attempt is an error in the log, never a silent in-process delivery that nobody
+/// drains.
+pub struct NoWakeupQueue;
+
+impl Wakeups for NoWakeupQueue {
+    fn wake_later(&self, target: OutboxRef, _delay: Duration) -> BoxFuture<'_, ()> {
+        tracing::error!(
+            table = %target.table,
+            "outbox wake-up not sent: this function holds no K2B_WAKEUP_QUEUE_URL"
+        );
+        async {}.boxed()
+    }
+}
+
 /// Wake-ups as SQS messages (`DelaySeconds` = the delay, at most 900 s).
 pub struct SqsWakeups {
     queue_url: String,

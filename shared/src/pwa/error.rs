@@ -156,6 +156,8 @@ impl From<crate::auth::AuthError> for PwaError {
 
 impl From<crate::identity::IdentityError> for PwaError {
     fn from(error: crate::identity::IdentityError) -> Self {
+        // The body stays the fixed 503; the log says which step of the issuance failed.
+        tracing::warn!(error = %error, "pwa identity step failed");
         match error.root() {
             crate::identity::IdentityError::AccountUnavailable => PwaError::AccountBlocked,
             e if e.is_timeout() => PwaError::Unavailable("TimeoutError"),

@@ -617,7 +617,7 @@ pub async fn complete(core: &Core, request: CompleteRequest) -> Result<Completio
     core.identity
         .with_active_signer(
             Purpose::Session,
-            IssueOptions::default(),
+            IssueOptions::timeout(super::ISSUANCE_TIMEOUT_MS),
             |mut scope| async move {
                 let result =
                     complete_in_scope(&mut scope, core_ref, request, &row, presented).await;

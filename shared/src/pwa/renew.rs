@@ -71,7 +71,7 @@ pub async fn renew(core: &Core, request: RenewRequest) -> Result<RenewOutcome, P
     core.identity
         .with_active_signer(
             Purpose::Session,
-            IssueOptions::default(),
+            IssueOptions::timeout(super::ISSUANCE_TIMEOUT_MS),
             |mut scope| async move {
                 let result = renew_in_scope(&mut scope, core, request, key, owner).await;
                 (scope, result)

@@ -3,6 +3,7 @@
 mod branding;
 mod identity;
 mod keys_function;
+mod lambda;
 mod local_runner;
 mod maintenance;
 mod outbox;

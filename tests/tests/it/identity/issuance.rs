@@ -345,7 +345,7 @@ fn test_keks() -> k2b_core::identity::KekSet {
 async fn scenario_52_hung_refresh_is_bounded_at_30_seconds() {
     let identity = Identity::from_parts(
         lazy_pool(),
-        test_keks(),
+        Some(test_keks()),
         Arc::new(Hung),
         RuntimeConfigCache::new(
             Arc::new(super::FixedSettings("https://cloud.example.test".into())),
@@ -403,7 +403,7 @@ async fn scenario_52_hung_refresh_falls_back_to_a_cached_signer() {
     }
     let identity = Identity::from_parts(
         lazy_pool(),
-        test_keks(),
+        Some(test_keks()),
         Arc::new(OnceThenHang(AtomicUsize::new(0))),
         RuntimeConfigCache::new(
             Arc::new(super::FixedSettings("https://cloud.example.test".into())),
@@ -434,7 +434,7 @@ async fn scenario_52_hung_refresh_falls_back_to_a_cached_signer() {
 async fn scenario_53_stall_in_signer_refresh_or_settings() {
     let hung_refresh = Identity::from_parts(
         lazy_pool(),
-        test_keks(),
+        Some(test_keks()),
         Arc::new(Hung),
         RuntimeConfigCache::new(
             Arc::new(super::FixedSettings("https://cloud.example.test".into())),
@@ -479,7 +479,7 @@ async fn scenario_53_stall_in_signer_refresh_or_settings() {
     }
     let hung_settings = Identity::from_parts(
         lazy_pool(),
-        test_keks(),
+        Some(test_keks()),
         Arc::new(Ready),
         RuntimeConfigCache::new(Arc::new(HungSettings), false, None, None),
         Arc::new(Metrics::default()),
@@ -601,7 +601,7 @@ async fn scenario_53_stall_in_signing_rolls_back_the_callback() {
 async fn scenario_54_invalid_timeouts_run_nothing() {
     let identity = Identity::from_parts(
         lazy_pool(),
-        test_keks(),
+        Some(test_keks()),
         Arc::new(Hung),
         RuntimeConfigCache::new(Arc::new(HungSettings), false, None, None),
         Arc::new(Metrics::default()),

@@ -32,7 +32,7 @@ fn identity_with(db: &TestDb, keks: KekSet) -> Identity {
     let core = core_for(db);
     Identity::new(
         db.pool.clone(),
-        keks,
+        Some(keks),
         core.settings.clone(),
         false,
         None,
@@ -427,7 +427,12 @@ async fn scenario_45_downtime_recovery() {
     .execute(&db.pool)
     .await
     .expect("backdate");
-    let keks_a = core.config.identity.keks.clone();
+    let keks_a = core
+        .config
+        .identity
+        .keks
+        .clone()
+        .expect("the test configuration holds the key-encryption keys");
     let (_, changes) = ring::maintain_purpose(&db.pool, &keks_a, Purpose::Session, deadline())
         .await
         .expect("maintain");

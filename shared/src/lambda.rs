@@ -1,0 +1,382 @@
+//! How every function starts on Lambda: one bootstrap, so a new function cannot forget a step.
+//!
+//! A function names itself and what it holds ([`Function`]); the bootstrap reads only that part
+//! of the configuration (refusing to start with one line naming a bad or missing variable),
+//! starts logging, builds the [`Core`] with the database limits of its kind, and runs the
+//! handler under the Lambda runtime:
+//!
+//! - HTTP functions ([`serve_http`], [`serve_http_streaming`]) serve their [`Routes`] behind
+//!   [`front_door`]: REST API (v1) events are routed by their path without the stage, HTTP API
+//!   (v2), Function URL and ALB events by their own path; anything no route matches is the JSON
+//!   `ROUTE_NOT_FOUND` 404; and every route answers its head within [`ROUTE_BUDGET`], with its
+//!   own 503 rather than API Gateway's 504.
+//! - Event functions ([`serve_events`]) receive the raw payload (an SQS batch, an EventBridge
+//!   `Scheduled Event` envelope, a ScheduleV2 input) with the invocation's deadline.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, Uri, header};
+use lambda_http::request::RequestContext;
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde_json::Value;
+
+use crate::Core;
+use crate::config::{Config, Mode, Needs};
+use crate::db::{self, DbLimits};
+use crate::http::ApiError;
+use crate::http::routes::Routes;
+
+/// What a function is, for its bootstrap.
+#[derive(Debug, Clone, Copy)]
+pub struct Function {
+    /// The binary's name, as `template.yaml` builds it.
+    pub name: &'static str,
+    /// What it holds besides its database (see [`Needs`]).
+    pub needs: Needs,
+}
+
+/// How long an HTTP route has to answer (its head, for a streamed route). API Gateway ends a
+/// REST integration after 29 s with its own 504; every route's own deadlines (database limits,
+/// issuance, provider calls) end well inside this budget, and the budget itself is the backstop
+/// that still answers with the route's 503.
+pub const ROUTE_BUDGET: Duration = Duration::from_secs(20);
+
+/// The bootstrap's one error type (what a failed start reports to the Lambda Runtime API).
+pub type Error = lambda_runtime::Error;
+
+/// Starts a buffered HTTP function.
+pub fn serve_http(function: Function, routes: impl FnOnce(Core) -> Routes) -> Result<(), Error> {
+    runtime()?.block_on(async move {
+        let core = start(function, DbLimits::HTTP)?;
+        lambda_http::run(front_door(routes(core))).await
+    })
+}
+
+/// Starts an HTTP function whose responses stream (lines leave as they are written).
+pub fn serve_http_streaming(
+    function: Function,
+    routes: impl FnOnce(Core) -> Routes,
+) -> Result<(), Error> {
+    runtime()?.block_on(async move {
+        let core = start(function, DbLimits::HTTP)?;
+        lambda_http::run_with_streaming_response(front_door(routes(core))).await
+    })
+}
+
+/// One invocation of an event function.
+#[derive(Debug)]
+pub struct Invocation {
+    /// The event as Lambda delivered it.
+    pub payload: Value,
+    /// When the invocation is ended by Lambda.
+    pub deadline: tokio::time::Instant,
+}
+
+/// What an event handler returns.
+pub type EventFuture = futures::future::BoxFuture<'static, Result<Value, Error>>;
+
+/// Starts an event function: `handler` is built once from the [`Core`] and called per event;
+/// its value is the invocation's result, its error the invocation's error.
+pub fn serve_events<H, F>(function: Function, handler: impl FnOnce(Core) -> H) -> Result<(), Error>
+where
+    H: Fn(Invocation) -> F,
+    F: Future<Output = Result<Value, Error>>,
+{
+    runtime()?.block_on(async move {
+        let core = start(function, DbLimits::EVENTS)?;
+        let handler = handler(core);
+        lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
+            let invocation = Invocation {
+                deadline: deadline_of(event.context.deadline),
+                payload: event.payload,
+            };
+            handler(invocation)
+        }))
+        .await
+    })
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Configuration (or exit with one line naming the variable), logging, and the core.
+fn start(function: Function, limits: DbLimits) -> Result<Core, Error> {
+    let config = match Config::from_env_for(Mode::Production, function.needs) {
+        Ok(config) => config,
+        Err(error) => {
+            let line = format!("configuration error: {error}");
+            eprintln!("{line}");
+            report_init_error(&line);
+            std::process::exit(2);
+        }
+    };
+    crate::telemetry::init(config.log_format);
+    if let Some(notice) = config.local_mode_notice() {
+        tracing::warn!(function = function.name, "{notice}");
+    }
+    let pool = db::lazy_pool_with(&config, limits)?;
+    Ok(Core::with_pool(config, pool))
+}
+
+/// The error type Lambda shows for a function that refused its configuration.
+const CONFIG_ERROR_TYPE: &str = "Runtime.ConfigError";
+
+/// Tells the Lambda Runtime API why the function cannot start (`/runtime/init/error`), so the
+/// failed invocation names the variable too, not only the log. Best effort: the process exits
+/// anyway.
+fn report_init_error(message: &str) {
+    use std::io::{Read, Write};
+    let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API") else {
+        return;
+    };
+    let body =
+        serde_json::json!({"errorType": CONFIG_ERROR_TYPE, "errorMessage": message}).to_string();
+    let request = format!(
+        "POST /2018-06-01/runtime/init/error HTTP/1.1\r\nHost: {api}\r\n\
+         Lambda-Runtime-Function-Error-Type: {CONFIG_ERROR_TYPE}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if let Ok(mut stream) = std::net::TcpStream::connect(&api) {
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
+        if stream.write_all(request.as_bytes()).is_ok() {
+            let mut answer = Vec::new();
+            stream.read_to_end(&mut answer).ok();
+        }
+    }
+}
+
+/// The runtime's deadline (epoch milliseconds) as an instant of this process's clock.
+fn deadline_of(epoch_ms: u64) -> tokio::time::Instant {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default();
+    tokio::time::Instant::now() + Duration::from_millis(epoch_ms.saturating_sub(now_ms))
+}
+
+/// The router as the front door reaches it: requests routed by their path without the stage,
+/// the `ROUTE_NOT_FOUND` fallback, and the [`ROUTE_BUDGET`].
+pub fn front_door(routes: Routes) -> Router {
+    let router = routes
+        .into_router()
+        .layer(middleware::from_fn(within_route_budget));
+    // The path is fixed before routing: an outer router whose only job is to hand the request,
+    // rewritten, to the function's router.
+    Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(routed_path)
+            .service(router),
+    )
+}
+
+/// The request with the path API Gateway routed it by.
+///
+/// `lambda_http` puts the stage in front of a REST (v1) event's path (`/live/branding/…`), so
+/// the path becomes the event's own `path` again, which a REST API delivers without the stage.
+/// An HTTP API (v2) with a named stage carries the stage in its raw path: it is removed. Function
+/// URLs (`$default`), ALB events and plain HTTP (the local runner) are left alone.
+pub fn routed_path<B>(mut request: http::Request<B>) -> http::Request<B> {
+    let path = match request.extensions().get::<RequestContext>() {
+        Some(RequestContext::ApiGatewayV1(_)) => {
+            use lambda_http::RequestExt;
+            let raw = request.raw_http_path();
+            (!raw.is_empty()).then(|| raw.to_string())
+        }
+        Some(RequestContext::ApiGatewayV2(context)) => context
+            .stage
+            .as_deref()
+            .filter(|stage| *stage != "$default")
+            .and_then(|stage| {
+                let path = request.uri().path();
+                path.strip_prefix('/')
+                    .and_then(|rest| rest.strip_prefix(stage))
+                    .filter(|rest| rest.starts_with('/'))
+                    .map(str::to_string)
+            }),
+        _ => None,
+    };
+    if let Some(path) = path
+        && path != request.uri().path()
+    {
+        let path_and_query = match request.uri().query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
+        };
+        let mut parts = request.uri().clone().into_parts();
+        if let Ok(value) = path_and_query.parse() {
+            parts.path_and_query = Some(value);
+            if let Ok(uri) = Uri::from_parts(parts) {
+                *request.uri_mut() = uri;
+            }
+        }
+    }
+    request
+}
+
+/// The route's own 503 when its head is not ready within [`ROUTE_BUDGET`].
+async fn within_route_budget(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_string())
+        .unwrap_or_default();
+    let method = request.method().clone();
+    match tokio::time::timeout(ROUTE_BUDGET, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::error!(
+                method = %method,
+                route,
+                budget_ms = ROUTE_BUDGET.as_millis() as u64,
+                "route did not answer within its budget"
+            );
+            let mut response = ApiError::unavailable(format!(
+                "The request did not finish within {} s. Try again shortly.",
+                ROUTE_BUDGET.as_secs()
+            ))
+            .into_response();
+            let headers = response.headers_mut();
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambda_http::request::LambdaRequest;
+
+    fn path_of(event: serde_json::Value) -> String {
+        let event: LambdaRequest = serde_json::from_value(event).expect("event");
+        let request: lambda_http::Request = event.into();
+        routed_path(request).uri().path().to_string()
+    }
+
+    fn rest_event(stage: &str, path: &str) -> serde_json::Value {
+        serde_json::json!({
+            "resource": "/branding/{file}",
+            "path": path,
+            "httpMethod": "GET",
+            "headers": {"Host": "abc123.execute-api.eu-central-1.amazonaws.com"},
+            "multiValueHeaders": {"Host": ["abc123.execute-api.eu-central-1.amazonaws.com"]},
+            "queryStringParameters": null,
+            "multiValueQueryStringParameters": null,
+            "pathParameters": {"file": "pwa-icon-192.png"},
+            "stageVariables": null,
+            "requestContext": {
+                "accountId": "123456789012",
+                "apiId": "abc123",
+                "httpMethod": "GET",
+                "path": format!("/{stage}{path}"),
+                "resourcePath": "/branding/{file}",
+                "stage": stage,
+                "requestId": "r-1",
+                "identity": {"sourceIp": "198.51.100.7"}
+            },
+            "body": null,
+            "isBase64Encoded": false
+        })
+    }
+
+    #[test]
+    fn rest_events_route_by_their_path_without_the_stage() {
+        assert_eq!(
+            path_of(rest_event("live", "/branding/pwa-icon-192.png")),
+            "/branding/pwa-icon-192.png"
+        );
+        // A path that happens to start like the stage keeps it: it is the API's own path.
+        assert_eq!(
+            path_of(rest_event("live", "/live/branding/x.png")),
+            "/live/branding/x.png"
+        );
+    }
+
+    fn http_api_event(stage: &str, raw_path: &str) -> serde_json::Value {
+        serde_json::json!({
+            "version": "2.0",
+            "routeKey": "$default",
+            "rawPath": raw_path,
+            "rawQueryString": "v=1",
+            "headers": {"host": "abc123.execute-api.eu-central-1.amazonaws.com"},
+            "requestContext": {
+                "accountId": "123456789012",
+                "apiId": "abc123",
+                "domainName": "abc123.execute-api.eu-central-1.amazonaws.com",
+                "http": {"method": "GET", "path": raw_path, "protocol": "HTTP/1.1",
+                         "sourceIp": "198.51.100.7", "userAgent": "test"},
+                "requestId": "r-2",
+                "routeKey": "$default",
+                "stage": stage,
+                "time": "01/Dec/2026:00:00:00 +0000",
+                "timeEpoch": 1_795_000_000_000u64
+            },
+            "isBase64Encoded": false
+        })
+    }
+
+    #[test]
+    fn http_api_events_lose_a_named_stage_and_keep_their_query() {
+        assert_eq!(
+            path_of(http_api_event("live", "/live/pwa/sw.js")),
+            "/pwa/sw.js"
+        );
+        assert_eq!(
+            path_of(http_api_event("$default", "/pwa/sw.js")),
+            "/pwa/sw.js"
+        );
+        let event: LambdaRequest =
+            serde_json::from_value(http_api_event("live", "/live/pwa/sw.js")).expect("event");
+        let request = routed_path(lambda_http::Request::from(event));
+        assert_eq!(request.uri().query(), Some("v=1"));
+    }
+
+    #[test]
+    fn plain_requests_are_left_alone() {
+        let request = http::Request::builder()
+            .uri("/live/x")
+            .body(())
+            .expect("request");
+        assert_eq!(routed_path(request).uri().path(), "/live/x");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_route_past_its_budget_answers_its_own_503() {
+        use tower::ServiceExt;
+        async fn stalls() -> &'static str {
+            tokio::time::sleep(ROUTE_BUDGET * 3).await;
+            "too late"
+        }
+        async fn quick() -> &'static str {
+            "ok"
+        }
+        let router = front_door(Routes::new().get("/stalls", stalls).get("/quick", quick));
+        let request = |path: &str| {
+            http::Request::builder()
+                .uri(path)
+                .body(axum::body::Body::empty())
+                .expect("request")
+        };
+        let started = tokio::time::Instant::now();
+        let response = router
+            .clone()
+            .oneshot(request("/stalls"))
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(started.elapsed(), ROUTE_BUDGET);
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
+        let quick = router.oneshot(request("/quick")).await.expect("infallible");
+        assert_eq!(quick.status(), http::StatusCode::OK);
+    }
+}
