@@ -11,6 +11,7 @@ use uuid::Uuid;
 pub use resolve::{CurrentActor, authenticate};
 pub use roles::{Profile, Provider, Role, build_roles, without_admin_role};
 
+pub use crate::identity::workload::ServiceAccountKind;
 use crate::settings::{AccountCategory, Settings, SettingsError};
 
 /// The auth area's one error type.
@@ -173,51 +174,6 @@ pub async fn roles_of(
     Ok(build_roles(user.provider(), user.profile(), admin, manages))
 }
 
-/// Signs the account out everywhere: the epoch moves on (which ends every session, pairing and
-/// device made before), live session families are revoked, and every paired device is revoked
-/// with reason `sign_out_everywhere`, audited as `actor`'s act (the owner or an administrator;
-/// `None` for the platform itself). Runs in the caller's transaction; returns how many devices
-/// were revoked.
-pub async fn sign_out_everywhere(
-    conn: &mut PgConnection,
-    user_id: Uuid,
-    actor: Option<Uuid>,
-    request_id: Option<String>,
-) -> Result<u64, AuthError> {
-    use crate::pwa::devices::{RevokeBy, revoke_device};
-    let by = actor.map_or(RevokeBy::System, RevokeBy::User);
-    if lock_user(conn, user_id).await?.is_none() {
-        return Ok(0);
-    }
-    sqlx::query(
-        "UPDATE auth.users SET auth_epoch = auth_epoch + 1, updated_at = now() WHERE id = $1",
-    )
-    .bind(user_id)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "UPDATE auth.session_families SET revoked_at = now(), revocation_reason = 'sign_out_everywhere'
-         WHERE user_id = $1 AND revoked_at IS NULL",
-    )
-    .bind(user_id)
-    .execute(&mut *conn)
-    .await?;
-    let devices: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM auth.pwa_devices WHERE user_id = $1 AND revoked_at IS NULL ORDER BY id",
-    )
-    .bind(user_id)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut revoked = 0;
-    for device in devices {
-        let done = revoke_device(conn, device, "sign_out_everywhere", by, request_id.clone())
-            .await
-            .map_err(|e| AuthError::Invalid(e.to_string()))?;
-        revoked += u64::from(done);
-    }
-    Ok(revoked)
-}
-
 /// A person as a request sees them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -280,14 +236,6 @@ impl CredentialKind {
             CredentialKind::Mandate => "mandate",
         }
     }
-}
-
-/// Whether a service account acts for a person or for a resource (an app, a mailbox).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ServiceAccountKind {
-    UserDelegated,
-    ResourceBound,
 }
 
 /// A signed-in person.

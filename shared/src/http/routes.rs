@@ -154,11 +154,6 @@ impl Routes<()> {
     pub fn into_router(self) -> Router {
         self.router.fallback(route_not_found)
     }
-
-    /// The router without a fallback, for merging into a bigger one (the local runner).
-    pub fn into_mergeable_router(self) -> Router {
-        self.router
-    }
 }
 
 /// 404 for a request no route matches.

@@ -10,7 +10,13 @@ use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
-use crate::auth::ServiceAccountKind;
+/// Whether a service account acts for a person or for a resource (an app, a mailbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceAccountKind {
+    UserDelegated,
+    ResourceBound,
+}
 
 /// Scopes a workload credential may carry: invoking Core's identity authority and publishing
 /// the app's registry entry.

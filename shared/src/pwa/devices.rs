@@ -383,3 +383,46 @@ pub async fn admin_revoke(
     tx.commit().await?;
     Ok(revoked)
 }
+
+/// Signs the account out everywhere: the epoch moves on (which ends every session, pairing and
+/// device made before), live session families are revoked, and every paired device is revoked
+/// with reason `sign_out_everywhere`, audited as `actor`'s act (the owner or an administrator;
+/// `None` for the platform itself). Runs in the caller's transaction; returns how many devices
+/// were revoked.
+pub async fn sign_out_everywhere(
+    conn: &mut PgConnection,
+    user_id: Uuid,
+    actor: Option<Uuid>,
+    request_id: Option<String>,
+) -> Result<u64, PwaError> {
+    let by = actor.map_or(RevokeBy::System, RevokeBy::User);
+    if auth::lock_user(conn, user_id).await?.is_none() {
+        return Ok(0);
+    }
+    sqlx::query(
+        "UPDATE auth.users SET auth_epoch = auth_epoch + 1, updated_at = now() WHERE id = $1",
+    )
+    .bind(user_id)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE auth.session_families SET revoked_at = now(), revocation_reason = 'sign_out_everywhere'
+         WHERE user_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(user_id)
+    .execute(&mut *conn)
+    .await?;
+    let devices: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM auth.pwa_devices WHERE user_id = $1 AND revoked_at IS NULL ORDER BY id",
+    )
+    .bind(user_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut revoked = 0;
+    for device in devices {
+        let done =
+            revoke_device(conn, device, "sign_out_everywhere", by, request_id.clone()).await?;
+        revoked += u64::from(done);
+    }
+    Ok(revoked)
+}

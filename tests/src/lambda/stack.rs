@@ -186,7 +186,8 @@ impl Stack {
     }
 }
 
-async fn create_queue(client: &aws_sdk_sqs::Client, name: &str, fifo: bool) -> String {
+/// Creates a queue (FIFO when `fifo`) on a local SQS API; returns its URL.
+pub async fn create_queue(client: &aws_sdk_sqs::Client, name: &str, fifo: bool) -> String {
     let mut request = client.create_queue().queue_name(name);
     if fifo {
         request = request.attributes(QueueAttributeName::FifoQueue, "true");

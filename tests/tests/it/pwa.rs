@@ -183,21 +183,7 @@ impl Pwa {
     }
 
     pub async fn register_shell(&self) {
-        let mut conn = self.core.pool.acquire().await.expect("connection");
-        store::upsert(
-            &mut conn,
-            &json!({
-                "id": "pwa",
-                "name": "Mobile app",
-                "icon": "ti ti-device-mobile",
-                "description": "The installed web app's shell",
-                "baseUrl": "http://127.0.0.1:9",
-                "routes": ["/pwa"]
-            }),
-            APP_REGISTRY_TTL,
-        )
-        .await
-        .expect("register the shell");
+        register_shell(&self.core).await;
     }
 
     pub async fn unregister_shell(&self) {
@@ -419,7 +405,7 @@ impl Pwa {
 
     pub async fn sign_out_everywhere(&self, user: Uuid) {
         let mut tx = self.core.pool.begin().await.expect("tx");
-        k2b_core::auth::sign_out_everywhere(&mut tx, user, Some(user), None)
+        k2b_core::pwa::devices::sign_out_everywhere(&mut tx, user, Some(user), None)
             .await
             .expect("sign out everywhere");
         tx.commit().await.expect("commit");
@@ -463,4 +449,20 @@ pub fn contains_code(text: &str, code: &str) -> bool {
         !before.is_some_and(|b| b.is_ascii_digit() || b == b'.')
             && !after.is_some_and(|b| b.is_ascii_digit())
     })
+}
+
+/// Registers the PWA shell app (pairing needs a live app `pwa` owning `/pwa`).
+pub async fn register_shell(core: &Core) {
+    let mut conn = core.pool.acquire().await.expect("connection");
+    store::upsert(
+        &mut conn,
+        &json!({
+            "id": "pwa", "name": "Mobile app", "icon": "ti ti-device-mobile",
+            "description": "The installed web app's shell",
+            "baseUrl": "http://127.0.0.1:9", "routes": ["/pwa"]
+        }),
+        APP_REGISTRY_TTL,
+    )
+    .await
+    .expect("register the shell");
 }

@@ -3,33 +3,16 @@
 //! other front doors (HTTP API v2 with a named stage, Function URL, ALB).
 
 use image::GenericImageView;
-use k2b_core::Core;
-use k2b_core::registry::{APP_REGISTRY_TTL, store};
 use k2b_tests::lambda::Outcome;
 use serde_json::{Value, json};
 
 use super::Stack;
+use crate::pwa::register_shell;
 
 /// What Chromium sends for an `<img>` or an icon of the manifest.
 const BROWSER_IMAGE_ACCEPT: &str =
     "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
-
-/// Registers the PWA shell app (pairing needs a live app `pwa` owning `/pwa`).
-pub async fn register_shell(core: &Core) {
-    let mut conn = core.pool.acquire().await.expect("connection");
-    store::upsert(
-        &mut conn,
-        &json!({
-            "id": "pwa", "name": "Mobile app", "icon": "ti ti-device-mobile",
-            "description": "The installed web app's shell",
-            "baseUrl": "http://127.0.0.1:9", "routes": ["/pwa"]
-        }),
-        APP_REGISTRY_TTL,
-    )
-    .await
-    .expect("register the shell");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_icon_reaches_a_browser_as_png_bytes() {

@@ -11,7 +11,7 @@ use serde_json::json;
 use sqlx::Connection;
 
 use super::Stack;
-use super::bodies::register_shell;
+use crate::pwa::register_shell;
 
 /// `name=value` of every cookie a response sets.
 fn set_cookies(delivered: &Delivered) -> Vec<String> {

@@ -114,7 +114,7 @@ async fn every_template_route_answers_a_rest_event_of_its_stage() {
     let stack = Stack::new().await;
     assert_eq!(stack.deployment.stage, "live");
     let (_, cookie) = stack.admin().await;
-    crate::lambda::bodies::register_shell(&stack.core).await;
+    crate::pwa::register_shell(&stack.core).await;
     let mut cases = Vec::new();
     let mut problems = Vec::new();
     for function in stack.deployment.functions.values() {

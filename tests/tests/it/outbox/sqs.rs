@@ -11,22 +11,9 @@ use k2b_core::outbox::live::{LiveOutboxes, SqsLivePublisher, enqueue_live, messa
 use k2b_core::outbox::{
     Drainer, Outbox, OutboxConfig, OutboxError, OutboxRef, OutboxResolver, SqsWakeups, Wakeups,
 };
+use k2b_tests::lambda::stack::create_queue;
 use k2b_tests::{Moto, TestDb};
 use serde_json::{Value, json};
-
-async fn queue(client: &aws_sdk_sqs::Client, name: &str, fifo: bool) -> String {
-    let mut request = client.create_queue().queue_name(name);
-    if fifo {
-        request = request.attributes(QueueAttributeName::FifoQueue, "true");
-    }
-    request
-        .send()
-        .await
-        .expect("create queue")
-        .queue_url()
-        .expect("url")
-        .to_string()
-}
 
 /// Receives every message of a queue (with its system attributes).
 async fn drain_queue(client: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
@@ -105,8 +92,8 @@ async fn wakeups_through_sqs_publish_to_the_fifo_queue_and_failures_are_reported
     let moto = Moto::start();
     let client = moto.client();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let wakeup_url = queue(&client, &format!("wakeups-{suffix}"), false).await;
-    let live_url = queue(&client, &format!("live-{suffix}.fifo"), true).await;
+    let wakeup_url = create_queue(&client, &format!("wakeups-{suffix}"), false).await;
+    let live_url = create_queue(&client, &format!("live-{suffix}.fifo"), true).await;
     let wakeups: Arc<dyn Wakeups> =
         Arc::new(SqsWakeups::with_client(wakeup_url.clone(), client.clone()));
     let publisher = Arc::new(SqsLivePublisher::with_client(
@@ -205,7 +192,7 @@ async fn a_failed_publish_sends_a_delayed_wakeup_and_the_sweep_finds_due_rows() 
     let moto = Moto::start();
     let client = moto.client();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let wakeup_url = queue(&client, &format!("wakeups-{suffix}"), false).await;
+    let wakeup_url = create_queue(&client, &format!("wakeups-{suffix}"), false).await;
     let wakeups: Arc<dyn Wakeups> =
         Arc::new(SqsWakeups::with_client(wakeup_url.clone(), client.clone()));
     // A FIFO queue that does not exist: every publish fails.
