@@ -462,12 +462,8 @@ async fn respond(
     StatusCode::ACCEPTED
 }
 
-async fn invocation_error(
-    State(shared): State<Arc<Shared>>,
-    UrlPath(id): UrlPath<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> StatusCode {
+/// The error type header and the error document a function reported.
+async fn reported_error(headers: &HeaderMap, body: Body) -> (String, Value) {
     let error_type = headers
         .get("lambda-runtime-function-error-type")
         .and_then(|v| v.to_str().ok())
@@ -478,7 +474,19 @@ async fn invocation_error(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (
+        error_type,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn invocation_error(
+    State(shared): State<Arc<Shared>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> StatusCode {
+    let (error_type, body) = reported_error(&headers, body).await;
     settle(&shared, &id, Outcome::Error { error_type, body })
 }
 
@@ -487,21 +495,9 @@ async fn init_error(
     headers: HeaderMap,
     body: Body,
 ) -> StatusCode {
-    let error_type = headers
-        .get("lambda-runtime-function-error-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let bytes = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let reported = reported_error(&headers, body).await;
     if let Ok(mut slot) = shared.init_error.lock() {
-        *slot = Some((
-            error_type,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        ));
+        *slot = Some(reported);
     }
     StatusCode::ACCEPTED
 }
