@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
-pub use resolve::{CurrentActor, authenticate};
+pub use resolve::{CurrentActor, authenticate, require_reader};
 pub use roles::{Profile, Provider, Role, build_roles, without_admin_role};
 
 pub use crate::identity::workload::ServiceAccountKind;

@@ -11,6 +11,7 @@ pub mod branding;
 pub mod config;
 pub mod cpu;
 pub mod db;
+pub mod help;
 pub mod http;
 pub mod identity;
 pub mod lambda;

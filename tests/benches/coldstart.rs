@@ -124,6 +124,17 @@ async fn main() {
                     .header("Accept", "application/x-ndjson")
                     .header("Cookie", &cookie),
             ),
+            "help" => FirstEvent::Http(
+                gateway
+                    .request(
+                        "GET",
+                        "/api/help/v1/{appId}/search",
+                        "/api/help/v1/bench/search",
+                    )
+                    .query("q", "summary")
+                    .header("Accept", "application/json")
+                    .header("Cookie", &cookie),
+            ),
             "outbox" => FirstEvent::Raw(sqs_batch("WakeupQueue", &[&wakeup]).0),
             "keys" | "maintenance" => FirstEvent::Raw(scheduled_event(
                 function.schedules.first().expect("a schedule"),

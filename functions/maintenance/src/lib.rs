@@ -36,6 +36,8 @@ pub const REGISTRY_PRUNE_BATCH: i64 = 100;
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct MaintenanceReport {
     pub registry_pruned: u64,
+    /// Help corpora no app renewed within the retention (one per run).
+    pub help_corpora_deleted: u64,
     /// Pairing and device housekeeping.
     pub pwa: pwa::maintenance::PwaMaintenanceReport,
 }
@@ -47,15 +49,19 @@ pub enum MaintenanceError {
     Registry(#[from] RegistryError),
     #[error("pwa: {0}")]
     Pwa(#[from] PwaError),
+    #[error("help: {0}")]
+    Help(#[from] k2b_core::help::HelpError),
 }
 
 /// Runs every task once and logs one line saying what changed.
 pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let registry_pruned =
         store::prune_expired(&core.pool, REGISTRY_PRUNE_GRACE, REGISTRY_PRUNE_BATCH).await?;
+    let help_corpora_deleted = k2b_core::help::store::cleanup(&core.pool).await?;
     let pwa = pwa::maintenance::run(core).await?;
     let report = MaintenanceReport {
         registry_pruned,
+        help_corpora_deleted,
         pwa,
     };
     if report == MaintenanceReport::default() {
@@ -63,6 +69,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     } else {
         tracing::info!(
             registry_pruned = report.registry_pruned,
+            help_corpora_deleted = report.help_corpora_deleted,
             pairings_deleted = report.pwa.pairings_deleted,
             devices_expired = report.pwa.devices_expired,
             devices_purged = report.pwa.devices_purged,

@@ -13,12 +13,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, middleware};
 use k2b_core::Core;
+use k2b_core::auth::resolve::app_credential;
 use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::{request_id, set_no_store};
 use k2b_core::http::routes::Routes;
-use k2b_core::identity::workload::{self, WorkloadIdentity};
 use k2b_core::identity::{
     INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring,
 };
@@ -96,47 +96,6 @@ async fn jwks(core: &Core, purpose: Purpose, headers: &HeaderMap) -> Response {
     response
 }
 
-fn unauthorized() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHORIZED",
-        "A valid app credential is required.",
-    )
-}
-
-/// Authenticates the request's workload credential for `app_id`: 401 when the credential is
-/// missing, unknown, revoked or not a workload credential; 403 when it belongs to another app or
-/// lacks the publish scope.
-async fn authorize(
-    core: &Core,
-    headers: &HeaderMap,
-    app_id: &str,
-) -> Result<WorkloadIdentity, ApiError> {
-    let token = k2b_core::auth::resolve::bearer_token(headers).filter(|t| t.starts_with("cld_"));
-    let Some(token) = token else {
-        return Err(unauthorized());
-    };
-    let mut conn = core
-        .pool
-        .acquire()
-        .await
-        .map_err(|_| ApiError::unavailable("The registry is unavailable right now."))?;
-    let record = workload::lookup(&mut conn, token)
-        .await
-        .map_err(|_| ApiError::unavailable("The registry is unavailable right now."))?;
-    let Some(record) = record.filter(workload::is_usable_workload) else {
-        return Err(unauthorized());
-    };
-    workload::check_workload(&record, app_id, PUBLISH_SCOPE).ok_or_else(|| {
-        tracing::warn!(
-            app_id = %app_id.chars().take(80).collect::<String>(),
-            credential_app = record.app_id.as_deref().unwrap_or(""),
-            "registry write refused: credential of another app or without the publish scope"
-        );
-        ApiError::forbidden("This credential may not publish this app.")
-    })
-}
-
 async fn publish(
     State(core): State<Core>,
     Path(app_id): Path<String>,
@@ -157,7 +116,7 @@ async fn publish_entry(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let workload = authorize(core, headers, app_id).await?;
+    app_credential(&core.pool, headers, app_id, PUBLISH_SCOPE).await?;
     let entry: Value =
         read_json(headers, body, MAX_ENTRY_BYTES)
             .await
@@ -188,7 +147,6 @@ async fn publish_entry(
             ));
         }
     }
-    record_use(core, &workload).await;
     let expires_at =
         chrono::Utc::now() + chrono::Duration::seconds(APP_REGISTRY_TTL.as_secs() as i64);
     Ok(Json(json!({
@@ -196,11 +154,4 @@ async fn publish_entry(
         "expiresAt": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
     }))
     .into_response())
-}
-
-/// Records when the credential was last used (best effort).
-async fn record_use(core: &Core, workload: &WorkloadIdentity) {
-    if let Err(error) = workload::touch_credential(&core.pool, workload.credential_id).await {
-        tracing::debug!(error = %error, "credential last-use not recorded");
-    }
 }

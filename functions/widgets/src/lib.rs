@@ -6,13 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use k2b_core::Core;
-use k2b_core::auth::{Actor, authenticate};
+use k2b_core::auth::require_reader;
 use k2b_core::config::Needs;
-use k2b_core::http::ApiError;
 use k2b_core::http::headers::request_id;
 use k2b_core::http::routes::Routes;
 use k2b_core::widgets::{WIDGET_CONCURRENCY, WIDGET_STREAM_DEADLINE, WIDGET_TIMEOUT};
@@ -85,48 +82,9 @@ pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
         .get("/api/widgets/v1", stream::widgets)
         .get("/api/widgets/v1/{app_id}/{widget_id}", single::widget)
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.core.clone(),
             require_reader,
         ))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
-}
-
-const WORKLOAD_FORBIDDEN: &str =
-    "App workload credentials require a dedicated Core authority route";
-const OAUTH_SCOPE_REQUIRED: &str = "OAuth scope read or admin is required";
-
-/// In order, before anything is read: an actor (401), not an app workload credential (403),
-/// and for OAuth credentials the scope `read` or `admin` (403). Sessions and API keys are not
-/// scope-checked. An actor already placed in the request (by an outer layer) is used as is.
-async fn require_reader(
-    State(state): State<WidgetsState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let actor = match request.extensions().get::<Actor>() {
-        Some(actor) => actor.clone(),
-        None => match authenticate(&state.core, request.headers()).await {
-            Ok(actor) => actor,
-            Err(error) => {
-                tracing::warn!(error = %error, "authentication unavailable");
-                return ApiError::unavailable("Authentication is unavailable right now.")
-                    .into_response();
-            }
-        },
-    };
-    if !actor.is_authenticated() {
-        return ApiError::unauthorized().into_response();
-    }
-    if actor.is_reserved_workload_credential() {
-        return ApiError::forbidden(WORKLOAD_FORBIDDEN).into_response();
-    }
-    if actor
-        .oauth_scopes()
-        .is_some_and(|scopes| !scopes.iter().any(|s| s == "read" || s == "admin"))
-    {
-        return ApiError::forbidden(OAUTH_SCOPE_REQUIRED).into_response();
-    }
-    request.extensions_mut().insert(actor);
-    next.run(request).await
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use futures::FutureExt;
 use k2b_core::Core;
 use k2b_core::auth::{self, NewUser, Profile, Provider};
+use k2b_core::help::{CompiledHelp, compile_help, define_localized_help};
 use k2b_core::identity::remote::RemoteVerifier;
 use k2b_core::widgets::compile_declarations;
 use k2b_core::widgets::provider::{
@@ -34,8 +35,69 @@ fn demo_widgets() -> Value {
     ])
 }
 
-/// The demo app's registry entry; its server listens at `demo_url`.
-pub fn demo_app_entry(demo_url: &str) -> Value {
+/// The demo app's Help: two articles in English, one of them translated to German.
+const DEMO_HELP_EN: [&str; 2] = [
+    "---
+id: getting-started
+title: Getting started
+icon: ti ti-rocket
+description: What the demo app shows and where to begin
+order: 10
+---
+The demo app keeps a small **stock** of items and shows it on the dashboard.
+
+:::note
+Everything here is sample data of the local runner.
+:::
+
+## Your first look {icon=\"eye\"}
+Open the dashboard and find the *Stock* widget: it counts the items in stock and lists
+the latest ones.
+",
+    "---
+id: widgets
+title: Dashboard widgets
+icon: ti ti-layout-dashboard
+order: 20
+---
+The demo app offers four widgets: one with content, one with nothing to show, a slow one
+and one that always fails, so that every state of a widget can be seen.
+",
+];
+const DEMO_HELP_DE: [&str; 1] = ["---
+id: getting-started
+title: Erste Schritte
+description: Was die Demo-App zeigt und wo man anfängt
+---
+Die Demo-App führt einen kleinen **Bestand** an Artikeln und zeigt ihn auf dem Dashboard.
+
+:::note
+Alles hier sind Beispieldaten des lokalen Runners.
+:::
+
+## Der erste Blick {icon=\"eye\"}
+Öffnen Sie das Dashboard und suchen Sie das Widget *Bestand*: Es zählt die Artikel am Lager
+und listet die neuesten.
+"];
+
+/// The demo app's Help, compiled: the corpus it publishes and the summary it advertises.
+pub fn demo_help() -> anyhow::Result<CompiledHelp> {
+    let definition = define_localized_help(
+        "en",
+        &[("en", DEMO_HELP_EN.to_vec()), ("de", DEMO_HELP_DE.to_vec())],
+    )
+    .context("demo help")?;
+    compile_help(DEMO_APP_ID, Some("/app/demo"), &definition).context("demo help")
+}
+
+/// The demo app's registry entry advertising its Help; its server listens at `demo_url`.
+pub fn demo_app_entry(demo_url: &str, help: &CompiledHelp) -> anyhow::Result<Value> {
+    let mut entry = demo_entry(demo_url);
+    entry["help"] = serde_json::to_value(&help.summary)?;
+    Ok(entry)
+}
+
+fn demo_entry(demo_url: &str) -> Value {
     json!({
         "id": DEMO_APP_ID,
         "name": "Demo",

@@ -12,9 +12,10 @@ use axum::{Json, Router};
 use k2b_core::Core;
 use k2b_core::config::Config;
 use k2b_core::db;
+use k2b_core::help::CompiledHelp;
 use k2b_core::http::routes::Routes;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{admin, demo};
 
@@ -84,7 +85,10 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
             tracing::warn!(error = %error, "demo app server stopped");
         }
     });
-    start_timers(&core, &demo_url, &base_url);
+    // The demo apps are registered (Help first) before the runner answers its first request.
+    let heartbeat = Heartbeat::new(&demo_url, &base_url)?;
+    heartbeat.beat(&core).await;
+    start_timers(&core, heartbeat);
 
     let app = router(core.clone());
     println!("demo app listening on {demo_url}");
@@ -126,6 +130,7 @@ pub fn router(core: Core) -> Router {
             .merge(icons::routes(core.clone()))
             .merge(manifest::routes(core.clone()))
             .merge(widgets::routes(core.clone()))
+            .merge(help::routes(core.clone()))
             .merge(approvals::routes(core)),
     )
 }
@@ -173,27 +178,58 @@ async fn healthz(State(core): State<Core>) -> Response {
     }
 }
 
-fn start_timers(core: &Core, demo_url: &str, base_url: &str) {
+/// What the demo apps publish on every heartbeat: the demo app's Help corpus, then the
+/// registry entries (an entry is only advertised once its corpus is stored).
+struct Heartbeat {
+    help: CompiledHelp,
+    demo: Value,
+    others: Vec<Value>,
+}
+
+impl Heartbeat {
+    fn new(demo_url: &str, base_url: &str) -> anyhow::Result<Heartbeat> {
+        let help = demo::demo_help()?;
+        Ok(Heartbeat {
+            demo: demo::demo_app_entry(demo_url, &help)?,
+            help,
+            others: vec![demo::pwa_shell_entry(base_url)],
+        })
+    }
+
+    async fn beat(&self, core: &Core) {
+        let mut entries: Vec<&Value> = self.others.iter().collect();
+        match k2b_core::help::store::register(&core.pool, &self.help.corpus).await {
+            Ok(_) => entries.push(&self.demo),
+            Err(error) => {
+                tracing::warn!(error = %error, "demo help not published; the demo app is not advertised this time");
+            }
+        }
+        let result = async {
+            let mut conn = core.pool.acquire().await?;
+            for entry in entries {
+                store::upsert(&mut conn, entry, APP_REGISTRY_TTL).await?;
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(error = %error, "demo app heartbeat failed");
+        }
+    }
+}
+
+/// Starts the schedules: the demo apps' heartbeat (after the first beat, which ran before the
+/// runner answered), key maintenance, the outbox and maintenance.
+fn start_timers(core: &Core, heartbeat: Heartbeat) {
     let heartbeat_core = core.clone();
-    let entries = [
-        demo::demo_app_entry(demo_url),
-        demo::pwa_shell_entry(base_url),
-    ];
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(HEARTBEAT_PERIOD);
+        let mut ticks = tokio::time::interval_at(
+            tokio::time::Instant::now() + HEARTBEAT_PERIOD,
+            HEARTBEAT_PERIOD,
+        );
         loop {
             ticks.tick().await;
-            let result = async {
-                let mut conn = heartbeat_core.pool.acquire().await?;
-                for entry in &entries {
-                    store::upsert(&mut conn, entry, APP_REGISTRY_TTL).await?;
-                }
-                anyhow::Ok(())
-            }
-            .await;
-            if let Err(error) = result {
-                tracing::warn!(error = %error, "demo app heartbeat failed");
-            }
+            heartbeat.beat(&heartbeat_core).await;
         }
     });
     let keys_core = core.clone();

@@ -25,6 +25,115 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// 403 for an app's workload credential on a route that is not one of Core's authority routes.
+pub const WORKLOAD_FORBIDDEN: &str =
+    "App workload credentials require a dedicated Core authority route";
+/// 403 for an OAuth credential without the `read` or `admin` scope on a reading route.
+pub const OAUTH_READ_SCOPE_REQUIRED: &str = "OAuth scope read or admin is required";
+
+/// Whether OAuth `scopes` allow reading.
+pub fn has_read_scope(scopes: &[String]) -> bool {
+    scopes.iter().any(|s| s == "read" || s == "admin")
+}
+
+/// The checks of a reading route, in order: an actor (401), not an app workload credential
+/// (403), and for OAuth credentials the scope `read` or `admin` (403). Sessions and API keys
+/// are not scope-checked.
+pub fn check_reader(actor: &Actor) -> Result<(), ApiError> {
+    if !actor.is_authenticated() {
+        return Err(ApiError::unauthorized());
+    }
+    if actor.is_reserved_workload_credential() {
+        return Err(ApiError::forbidden(WORKLOAD_FORBIDDEN));
+    }
+    if actor
+        .oauth_scopes()
+        .is_some_and(|scopes| !has_read_scope(scopes))
+    {
+        return Err(ApiError::forbidden(OAUTH_READ_SCOPE_REQUIRED));
+    }
+    Ok(())
+}
+
+/// The request's actor for a reading route ([`check_reader`]); 503 when credentials cannot be
+/// checked.
+pub async fn reader(core: &Core, headers: &HeaderMap) -> Result<Actor, ApiError> {
+    let actor = authenticate(core, headers).await.map_err(|error| {
+        tracing::warn!(error = %error, "authentication unavailable");
+        ApiError::unavailable("Authentication is unavailable right now.")
+    })?;
+    check_reader(&actor)?;
+    Ok(actor)
+}
+
+/// Middleware of reading routes: [`reader`] before the route runs, the actor then in the
+/// request's extensions. An actor already placed there (by an outer layer) is used as is.
+pub async fn require_reader(
+    axum::extract::State(core): axum::extract::State<Core>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let actor = match request.extensions().get::<Actor>() {
+        Some(actor) => check_reader(actor).map(|()| actor.clone()),
+        None => reader(&core, request.headers()).await,
+    };
+    match actor {
+        Ok(actor) => {
+            request.extensions_mut().insert(actor);
+            next.run(request).await
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// 401 for a missing, unknown, revoked or non-workload credential.
+fn app_credential_required() -> ApiError {
+    ApiError::new(
+        http::StatusCode::UNAUTHORIZED,
+        "UNAUTHORIZED",
+        "A valid app credential is required.",
+    )
+}
+
+/// Authenticates an app's own request: `Authorization: Bearer cld_…` of the app's resource-bound
+/// service account with `scope`. 401 when the credential is missing, unknown, revoked or not a
+/// workload credential; 403 when it belongs to another app or lacks the scope; 503 when it
+/// cannot be checked. The credential's last use is recorded (best effort).
+pub async fn app_credential(
+    pool: &sqlx::PgPool,
+    headers: &HeaderMap,
+    app_id: &str,
+    scope: &str,
+) -> Result<workload::WorkloadIdentity, ApiError> {
+    let unavailable = |_| ApiError::unavailable("Credentials cannot be checked right now.");
+    let Some(token) = bearer_token(headers).filter(|t| t.starts_with("cld_")) else {
+        return Err(app_credential_required());
+    };
+    let record = {
+        let mut conn = pool.acquire().await.map_err(unavailable)?;
+        workload::lookup(&mut conn, token)
+            .await
+            .map_err(|_| ApiError::unavailable("Credentials cannot be checked right now."))?
+    };
+    let Some(record) = record.filter(workload::is_usable_workload) else {
+        return Err(app_credential_required());
+    };
+    let identity = workload::check_workload(&record, app_id, scope).ok_or_else(|| {
+        tracing::warn!(
+            app_id = %app_id.chars().take(80).collect::<String>(),
+            credential_app = record.app_id.as_deref().unwrap_or(""),
+            scope,
+            "app request refused: credential of another app or without the scope"
+        );
+        ApiError::forbidden("This credential may not act for this app.")
+    })?;
+    if let Err(error) = workload::touch_credential(pool, identity.credential_id).await {
+        tracing::debug!(error = %error, "credential last-use not recorded");
+    }
+    Ok(identity)
+}
+
 /// Resolves the actor of a request. A request that sends `Authorization` is judged by that
 /// credential alone; an unknown credential or session is simply anonymous.
 pub async fn authenticate(core: &Core, headers: &HeaderMap) -> Result<Actor, AuthError> {

@@ -448,6 +448,35 @@ fn is_same_origin_path(href: &str) -> bool {
         && !href.chars().any(|c| c == '\\' || c.is_whitespace())
 }
 
+impl AppRegistryEntry {
+    /// The presentation overlays for `locale` that the app translates, most specific first, then
+    /// the base locale's.
+    pub fn overlays(&self, locale: Option<&str>) -> Vec<&Map<String, Value>> {
+        let Some(presentation) = &self.presentation else {
+            return Vec::new();
+        };
+        crate::http::locale::locale_chain(locale, &presentation.base_locale)
+            .iter()
+            .filter_map(|tag| presentation.translations.get(tag))
+            .filter_map(Value::as_object)
+            .collect()
+    }
+
+    /// The app's name in `locale` (its own `name` when no overlay translates it).
+    pub fn localized_name(&self, locale: Option<&str>) -> String {
+        localized(&self.overlays(locale), "name", &self.name)
+    }
+}
+
+/// The first overlay's string for `field`, else `fallback`.
+pub fn localized(overlays: &[&Map<String, Value>], field: &str, fallback: &str) -> String {
+    overlays
+        .iter()
+        .find_map(|o| o.get(field).and_then(Value::as_str))
+        .unwrap_or(fallback)
+        .to_string()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -3,13 +3,13 @@
 //! defaults; the widget itself is kept.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sqlx::PgPool;
 
 use super::WidgetsError;
 use super::size::{WidgetSize, resolve_sizes};
 use crate::auth::Role;
-use crate::http::locale::locale_chain;
+use crate::registry::entry::localized;
 use crate::registry::{AppRegistryEntry, list_apps};
 
 const MAX_TITLE: usize = 80;
@@ -42,27 +42,6 @@ impl DashboardWidget {
     }
 }
 
-/// The overlays of `locale` (most specific first, then the base locale) that the app translates.
-fn overlays<'a>(entry: &'a AppRegistryEntry, locale: Option<&str>) -> Vec<&'a Map<String, Value>> {
-    let Some(presentation) = &entry.presentation else {
-        return Vec::new();
-    };
-    locale_chain(locale, &presentation.base_locale)
-        .iter()
-        .filter_map(|tag| presentation.translations.get(tag))
-        .filter_map(Value::as_object)
-        .collect()
-}
-
-/// The first overlay's string for `field`, else `fallback`.
-fn localized(overlays: &[&Map<String, Value>], field: &str, fallback: &str) -> String {
-    overlays
-        .iter()
-        .find_map(|o| o.get(field).and_then(Value::as_str))
-        .unwrap_or(fallback)
-        .to_string()
-}
-
 /// A trimmed text of 1..=`max` characters, if `value` is one.
 fn bounded_text(value: Option<&Value>, max: usize) -> Option<String> {
     let text = value?.as_str()?.trim();
@@ -78,7 +57,7 @@ pub fn dashboard_widgets_of(
     let Some(widgets) = &entry.widgets else {
         return Vec::new();
     };
-    let overlays = overlays(entry, locale);
+    let overlays = entry.overlays(locale);
     let app_name = localized(&overlays, "name", &entry.name);
     let app_description = localized(&overlays, "description", &entry.description);
     let base = entry.base_url.trim_end_matches('/');

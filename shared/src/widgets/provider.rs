@@ -22,7 +22,10 @@ use super::declaration::WidgetDeclaration;
 use super::size::{WidgetSize, fit_size};
 use super::{INTERNAL_WIDGET_PATH, SIZE_PARAM, WidgetsError, widget_operation};
 use crate::Core;
-use crate::auth::resolve::{authenticate, bearer_token};
+use crate::auth::resolve::{
+    OAUTH_READ_SCOPE_REQUIRED, WORKLOAD_FORBIDDEN, authenticate, bearer_token, has_read_scope,
+    reader,
+};
 use crate::auth::{Actor, CredentialKind};
 use crate::http::ApiError;
 use crate::http::headers::client_request_id;
@@ -71,9 +74,6 @@ pub enum InvocationKeys {
 }
 
 const INVOCATION_REQUIRED: &str = "A valid Cloud invocation is required";
-const WORKLOAD_FORBIDDEN: &str =
-    "App workload credentials require a dedicated Core authority route";
-const OAUTH_SCOPE_REQUIRED: &str = "OAuth scope read or admin is required";
 
 /// An app's widget handlers, checked against its declarations.
 #[derive(Clone)]
@@ -199,10 +199,6 @@ fn empty(status: StatusCode) -> Response {
         .into_response()
 }
 
-fn has_read_scope(scopes: &[String]) -> bool {
-    scopes.iter().any(|s| s == "read" || s == "admin")
-}
-
 /// Middleware: an app workload credential (a resource-bound account's API key with a reserved
 /// scope) gets 403 before the route runs; every other request passes untouched.
 pub async fn reject_reserved_workload_credential(
@@ -248,7 +244,7 @@ async fn internal(
         return unauthorized();
     };
     if claims.credential_kind == CredentialKind::Oauth && !has_read_scope(&claims.scopes) {
-        return ApiError::forbidden(OAUTH_SCOPE_REQUIRED).into_response();
+        return ApiError::forbidden(OAUTH_READ_SCOPE_REQUIRED).into_response();
     }
     let actor = match provider.core.pool.acquire().await {
         Ok(mut conn) => resolve_invocation_actor(&mut conn, &provider.core.settings, &claims).await,
@@ -284,21 +280,10 @@ async fn public(
     request: Request,
 ) -> Response {
     let headers = request.headers();
-    let actor = match authenticate(&provider.core, headers).await {
-        Ok(actor) if actor.is_authenticated() => actor,
-        Ok(_) => return ApiError::unauthorized().into_response(),
-        Err(error) => {
-            tracing::warn!(error = %error, "authentication unavailable");
-            return ApiError::unavailable("Authentication is unavailable right now.")
-                .into_response();
-        }
+    let actor = match reader(&provider.core, headers).await {
+        Ok(actor) => actor,
+        Err(error) => return error.into_response(),
     };
-    if actor.is_reserved_workload_credential() {
-        return ApiError::forbidden(WORKLOAD_FORBIDDEN).into_response();
-    }
-    if actor.oauth_scopes().is_some_and(|s| !has_read_scope(s)) {
-        return ApiError::forbidden(OAUTH_SCOPE_REQUIRED).into_response();
-    }
     let call = WidgetCall {
         widget_id,
         actor,

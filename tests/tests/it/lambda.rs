@@ -6,6 +6,7 @@
 mod bodies;
 mod deadlines;
 mod events;
+mod help_api;
 mod routes;
 mod startup;
 mod stream;
@@ -24,6 +25,7 @@ pub fn needs_of(binary: &str) -> Needs {
         "manifest" => manifest::FUNCTION.needs,
         "approvals" => approvals::FUNCTION.needs,
         "widgets" => widgets::FUNCTION.needs,
+        "help" => help::FUNCTION.needs,
         "outbox" => outbox::FUNCTION.needs,
         "keys" => keys::FUNCTION.needs,
         "maintenance" => maintenance::FUNCTION.needs,
@@ -40,6 +42,7 @@ pub fn routes_of(binary: &str, core: &Core) -> Option<Vec<Route>> {
         "manifest" => manifest::routes(core).table().to_vec(),
         "approvals" => approvals::routes(core).table().to_vec(),
         "widgets" => widgets::routes(core).table().to_vec(),
+        "help" => help::routes(core).table().to_vec(),
         "outbox" | "keys" | "maintenance" => return None,
         other => panic!("a function of the template without a crate here: {other}"),
     };

@@ -319,3 +319,78 @@ async fn live_updates_are_visible_locally_without_aws() {
     assert_eq!(events[0]["payload"]["d"]["n"], 1);
     runner.stop();
 }
+
+#[tokio::test]
+async fn the_demo_apps_help_answers_right_after_start() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let runner = LocalRunner::start(&env);
+    let issued = run_local(&env, &["session", "issue", "--user", "admin"], None);
+    assert!(issued.status.success(), "{issued:?}");
+    let cookie = String::from_utf8_lossy(&issued.stdout).trim().to_string();
+    let client = reqwest::Client::new();
+    let get = |path: &str, locale: &str| {
+        client
+            .get(format!("{}{path}", runner.base_url))
+            .header("cookie", &cookie)
+            .header("x-cloud-locale", locale)
+            .send()
+    };
+    let found: Value = get("/api/help/v1/demo/search?q=widget", "en")
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        found,
+        serde_json::json!({"locale": "en", "ids": ["widgets", "getting-started"]})
+    );
+    let everywhere: Value = get("/api/help/v1/search?q=widget", "en")
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(everywhere["documents"][0]["appId"], "demo");
+    assert_eq!(everywhere["documents"][0]["documentId"], "widgets");
+    let german: Value = get("/api/help/v1/demo/documents/getting-started", "de-DE")
+        .await
+        .expect("read")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(german["locale"], "de");
+    assert_eq!(german["title"], "Erste Schritte");
+    assert!(
+        german["html"]
+            .as_str()
+            .expect("html")
+            .contains("<span class=\"k2b-sr-only\">Notiz: </span>")
+    );
+    let untranslated: Value = get("/api/help/v1/demo/documents/widgets", "de")
+        .await
+        .expect("read")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(untranslated["locale"], "en");
+    let manifest = get("/api/help/v1/demo/manifest", "en")
+        .await
+        .expect("manifest");
+    assert_eq!(manifest.status(), 200);
+    let anonymous = client
+        .get(format!(
+            "{}/api/help/v1/demo/search?q=stock",
+            runner.base_url
+        ))
+        .send()
+        .await
+        .expect("search");
+    assert_eq!(anonymous.status(), 401);
+    runner.stop();
+}

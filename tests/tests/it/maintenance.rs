@@ -27,3 +27,49 @@ async fn a_run_prunes_long_expired_registry_entries_and_reports_it() {
     let report = maintenance::run(&core).await.expect("run");
     assert_eq!(report.registry_pruned, 0, "nothing left to prune");
 }
+
+#[tokio::test]
+async fn a_run_deletes_one_help_corpus_not_renewed_for_six_minutes() {
+    use k2b_core::help::{compile_help, define_help, store};
+    let db = TestDb::new().await;
+    let core = Core::with_pool(db.config(), db.pool.clone());
+    for (app, age) in [
+        ("old", "7 minutes"),
+        ("older", "1 day"),
+        ("fresh", "5 minutes"),
+    ] {
+        let definition = define_help(&[&format!("---\nid: start\ntitle: Start\n---\n{app}\n")])
+            .expect("definition");
+        let help = compile_help(app, None, &definition).expect("compile");
+        store::register(&core.pool, &help.corpus)
+            .await
+            .expect("register");
+        sqlx::query(
+            "UPDATE help.corpora SET last_seen_at = now() - $2::interval WHERE app_id = $1",
+        )
+        .bind(app)
+        .bind(age)
+        .execute(&db.pool)
+        .await
+        .expect("age");
+    }
+    let remaining = || async {
+        sqlx::query_scalar::<_, String>("SELECT app_id FROM help.corpora ORDER BY app_id")
+            .fetch_all(&db.pool)
+            .await
+            .expect("rows")
+    };
+    let report = maintenance::run(&core).await.expect("run");
+    assert_eq!(report.help_corpora_deleted, 1);
+    assert_eq!(remaining().await, ["fresh", "old"], "the oldest goes first");
+    let report = maintenance::run(&core).await.expect("run");
+    assert_eq!(report.help_corpora_deleted, 1);
+    let report = maintenance::run(&core).await.expect("run");
+    assert_eq!(report.help_corpora_deleted, 0);
+    assert_eq!(remaining().await, ["fresh"]);
+    let documents: i64 = sqlx::query_scalar("SELECT count(*) FROM help.documents")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count");
+    assert_eq!(documents, 1, "documents go with their corpus");
+}

@@ -23,11 +23,8 @@ fn each_function_holds_only_what_it_needs() {
         let mut expected: BTreeSet<&str> =
             ["K2B_ENV", "K2B_LOG_FORMAT", "RUST_LOG", "DATABASE_URL"].into();
         if needs.settings {
-            expected.insert("APP_SECRET");
-            // The fallback of `app.url` where the issuer or the origin is read.
-            if needs.signing_keys {
-                expected.insert("APP_URL");
-            }
+            // `APP_URL` is the fallback of the `app.url` setting.
+            expected.extend(["APP_SECRET", "APP_URL"]);
         }
         if needs.signing_keys {
             expected.extend(KEK_VARIABLES);
