@@ -390,13 +390,13 @@ async fn the_schema_enforces_the_document_rules() {
         );
         assert_eq!(corpora_rows(&t.core, APP).await, 0);
     }
-    let unknown_config = sqlx::query(
+    let bad_hash = sqlx::query(
         "INSERT INTO help.corpora (app_id, manifest_hash, base_locale) VALUES ('x', $1, 'en')",
     )
     .bind("not-a-hash")
     .execute(&t.core.pool)
     .await;
-    assert!(unknown_config.is_err(), "hashes are hex SHA-256");
+    assert!(bad_hash.is_err(), "hashes are hex SHA-256");
 }
 
 #[tokio::test]
