@@ -108,28 +108,13 @@ pub fn search_config(locale: &str) -> &'static str {
     }
 }
 
-/// A path segment or URI part percent-encoded the way `encodeURIComponent` does.
-pub fn encode_part(part: &str) -> String {
-    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-    const PART: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'!')
-        .remove(b'~')
-        .remove(b'*')
-        .remove(b'\'')
-        .remove(b'(')
-        .remove(b')');
-    utf8_percent_encode(part, PART).to_string()
-}
-
 /// `cloud://help/<appId>/<documentId>`, each part percent-encoded.
 pub fn resource_uri(app_id: &str, document_id: &str) -> String {
+    use crate::http::text::encode_uri_component;
     format!(
         "{RESOURCE_URI_PREFIX}{}/{}",
-        encode_part(app_id),
-        encode_part(document_id)
+        encode_uri_component(app_id),
+        encode_uri_component(document_id)
     )
 }
 

@@ -9,5 +9,6 @@ pub mod locale;
 pub mod origin;
 pub mod rate_limit;
 pub mod routes;
+pub mod text;
 
 pub use error::ApiError;

@@ -15,8 +15,6 @@
 use std::time::{Duration, Instant};
 
 use k2b_core::help::{CompiledHelp, compile_help, define_localized_help};
-use k2b_core::identity::IssueOptions;
-use k2b_core::identity::session::SessionRequest;
 use k2b_core::identity::workload;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
 use k2b_tests::{TestDb, core_for, create_user, serve};
@@ -340,16 +338,7 @@ async fn main() {
     let db = TestDb::new().await;
     let core = core_for(&db);
     let user = create_user(&core, "reader", false).await;
-    let session = core
-        .identity
-        .issue_session(
-            &core.settings,
-            SessionRequest::web(user.id),
-            IssueOptions::default(),
-        )
-        .await
-        .expect("session");
-    let cookie = format!("session_token={}", session.token);
+    let cookie = k2b_tests::session_cookie(&core, &user).await;
     let base = serve(help::router(core.clone())).await;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)

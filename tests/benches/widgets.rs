@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use k2b_core::identity::{jwt, keys};
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, run_local, serve};
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, serve};
 use serde_json::{Value, json};
 
 const WIDGETS: usize = 20;
@@ -38,9 +38,7 @@ async fn main() {
         ("RUST_LOG", "warn"),
     ];
     let runner = LocalRunner::start(&env);
-    let issued = run_local(&env, &["session", "issue", "--user", "admin"], None);
-    assert!(issued.status.success(), "{issued:?}");
-    let cookie = String::from_utf8_lossy(&issued.stdout).trim().to_string();
+    let cookie = k2b_tests::admin_cookie(&env);
 
     let mut query = Vec::new();
     for i in 0..WIDGETS {

@@ -62,6 +62,32 @@ pub async fn create_account(
     .unwrap_or_else(|e| panic!("create user {uid}: {e}"))
 }
 
+/// A signed-in browser's cookie (`session_token=…`) for `user`.
+pub async fn session_cookie(core: &Core, user: &UserRecord) -> String {
+    let session = core
+        .identity
+        .issue_session(
+            &core.settings,
+            k2b_core::identity::session::SessionRequest::web(user.id),
+            k2b_core::identity::IssueOptions::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("session for {}: {e}", user.uid));
+    format!(
+        "{}={}",
+        k2b_core::identity::session::SESSION_COOKIE,
+        session.token
+    )
+}
+
+/// The seeded administrator's cookie, issued by `k2b-local session issue` like a developer
+/// would.
+pub fn admin_cookie(env: &[(&str, &str)]) -> String {
+    let issued = run_local(env, &["session", "issue", "--user", "admin"], None);
+    assert!(issued.status.success(), "{issued:?}");
+    String::from_utf8_lossy(&issued.stdout).trim().to_string()
+}
+
 /// Serves `router` on a free loopback port; returns its base URL. The server stops with the
 /// test's runtime.
 pub async fn serve(router: axum::Router) -> String {

@@ -29,7 +29,7 @@ use k2b_core::help::{
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_limited};
 use k2b_core::http::etag::{if_none_match, sha256_etag};
-use k2b_core::http::headers::{request_id, set_no_store};
+use k2b_core::http::headers::{no_store, request_id, set_no_store};
 use k2b_core::http::locale::request_locale;
 use k2b_core::http::routes::Routes;
 use k2b_core::lambda::Function;
@@ -58,7 +58,11 @@ pub fn routes(core: Core) -> Routes {
         .get("/api/help/v1/{app_id}/manifest", manifest)
         .layer(middleware::from_fn_with_state(core.clone(), require_reader));
     reading
-        .merge(Routes::new().put("/api/help/v1/{app_id}/corpus", publish))
+        .merge(
+            Routes::new()
+                .put("/api/help/v1/{app_id}/corpus", publish)
+                .layer(middleware::from_fn(no_store)),
+        )
         .layer(middleware::from_fn(request_id))
         .with_state(core)
 }
@@ -284,23 +288,10 @@ async fn publish(
     Path(app_id): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let mut response = match publish_corpus(&core, &app_id, &headers, body).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    };
-    set_no_store(response.headers_mut());
-    response
-}
-
-async fn publish_corpus(
-    core: &Core,
-    app_id: &str,
-    headers: &HeaderMap,
-    body: Body,
 ) -> Result<Response, ApiError> {
-    app_credential(&core.pool, headers, app_id, PUBLISH_SCOPE).await?;
-    let bytes = read_limited(headers, body, MAX_CORPUS_BYTES)
+    let app_id = app_id.as_str();
+    app_credential(&core.pool, &headers, app_id, PUBLISH_SCOPE).await?;
+    let bytes = read_limited(&headers, body, MAX_CORPUS_BYTES)
         .await
         .map_err(|error| match error {
             BodyError::TooLarge { limit } => ApiError::payload_too_large(limit),

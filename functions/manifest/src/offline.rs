@@ -9,21 +9,7 @@ use k2b_core::branding::{AppIconSource, CLOUD_LOGO_SVG, SVG_MIME};
 /// Logos larger than this are not inlined; the page shows the Cloud logo instead.
 pub const MAX_INLINE_LOGO_BYTES: usize = 64 * 1024;
 
-/// HTML text escaping of `& < > " '` (the apostrophe as `&#39;`).
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            other => out.push(other),
-        }
-    }
-    out
-}
+pub use k2b_core::http::text::escape_html;
 
 fn logo_data_uri(source: &AppIconSource) -> String {
     let (mime, data) = if source.data.len() <= MAX_INLINE_LOGO_BYTES {

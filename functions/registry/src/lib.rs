@@ -17,7 +17,7 @@ use k2b_core::auth::resolve::app_credential;
 use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
-use k2b_core::http::headers::{request_id, set_no_store};
+use k2b_core::http::headers::{no_store, request_id};
 use k2b_core::http::routes::Routes;
 use k2b_core::identity::{
     INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring,
@@ -41,7 +41,11 @@ pub fn routes(core: Core) -> Routes {
     Routes::new()
         .get(SESSION_JWKS_PATH, session_jwks)
         .get(INVOCATION_JWKS_PATH, invocation_jwks)
-        .put("/api/registry/v1/apps/{app_id}", publish)
+        .merge(
+            Routes::new()
+                .put("/api/registry/v1/apps/{app_id}", publish)
+                .layer(middleware::from_fn(no_store)),
+        )
         .layer(middleware::from_fn(request_id))
         .with_state(core)
 }
@@ -101,30 +105,16 @@ async fn publish(
     Path(app_id): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let mut response = match publish_entry(&core, &app_id, &headers, body).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    };
-    set_no_store(response.headers_mut());
-    response
-}
-
-async fn publish_entry(
-    core: &Core,
-    app_id: &str,
-    headers: &HeaderMap,
-    body: Body,
 ) -> Result<Response, ApiError> {
-    app_credential(&core.pool, headers, app_id, PUBLISH_SCOPE).await?;
+    app_credential(&core.pool, &headers, &app_id, PUBLISH_SCOPE).await?;
     let entry: Value =
-        read_json(headers, body, MAX_ENTRY_BYTES)
+        read_json(&headers, body, MAX_ENTRY_BYTES)
             .await
             .map_err(|error| match error {
                 BodyError::TooLarge { limit } => ApiError::payload_too_large(limit),
                 _ => ApiError::bad_request("The registry entry must be a JSON object."),
             })?;
-    if entry.get("id").and_then(Value::as_str) != Some(app_id) {
+    if entry.get("id").and_then(Value::as_str) != Some(app_id.as_str()) {
         return Err(ApiError::bad_request(
             "The entry's id must equal the app id of the path.",
         ));
@@ -141,7 +131,7 @@ async fn publish_entry(
             return Err(ApiError::payload_too_large(MAX_ENTRY_BYTES));
         }
         Err(error) => {
-            tracing::warn!(app_id, error = %error, "registry write failed");
+            tracing::warn!(app_id = %app_id, error = %error, "registry write failed");
             return Err(ApiError::unavailable(
                 "The registry is unavailable right now.",
             ));

@@ -12,7 +12,6 @@ use k2b_core::widgets::{
     DashboardWidget, INTERNAL_WIDGET_PATH, OPERATION_HEADER, SIZE_PARAM, WIDGET_MAX_RESPONSE_BYTES,
     WidgetResponse, WidgetSize, parse_widget_response, widget_operation,
 };
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::time::{Instant, timeout_at};
 
 /// Where a widget failed.
@@ -142,18 +141,6 @@ impl CallContext {
     }
 }
 
-/// `encodeURIComponent`: everything but letters, digits and `-_.!~*'()` is escaped.
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'!')
-    .remove(b'~')
-    .remove(b'*')
-    .remove(b'\'')
-    .remove(b'(')
-    .remove(b')');
-
 /// The app-side URL of a widget: the origin of its URL, the internal path, the fitted size.
 pub fn target_url(widget: &DashboardWidget, size: WidgetSize) -> Option<String> {
     let origin = url::Url::parse(&widget.url).ok()?.origin();
@@ -163,7 +150,7 @@ pub fn target_url(widget: &DashboardWidget, size: WidgetSize) -> Option<String> 
     Some(format!(
         "{}{INTERNAL_WIDGET_PATH}{}?{SIZE_PARAM}={size}",
         origin.ascii_serialization(),
-        utf8_percent_encode(&widget.widget_id, COMPONENT)
+        k2b_core::http::text::encode_uri_component(&widget.widget_id)
     ))
 }
 

@@ -11,6 +11,7 @@ use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
 use super::sanitize;
+use crate::http::text::escape_html as escape;
 
 /// Callout kinds and their tones.
 const CALLOUTS: [(&str, &str); 5] = [
@@ -232,22 +233,6 @@ fn blocks(markdown: &str) -> Vec<Block<'_>> {
         blocks.push(Block::Markdown(plain.join("\n")));
     }
     blocks
-}
-
-/// HTML-escapes text or an attribute value.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The heading id of `text`: lowercase, NFKD without combining marks, every run of other

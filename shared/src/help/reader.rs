@@ -116,14 +116,9 @@ WITH selection AS MATERIALIZED (
        AS s(app_id, manifest_hash, app_name, chain)
 )";
 
-/// The selection and the CTE that applies locale precedence to it (`visible`: one row per app
-/// and document, the earliest locale of the app's chain).
-const VISIBLE: &str = "
-WITH selection AS (
-  SELECT s.app_id, s.manifest_hash, s.app_name, string_to_array(s.chain, ',') AS chain
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
-       AS s(app_id, manifest_hash, app_name, chain)
-),
+/// The CTE that applies locale precedence to the selection (`visible`: one row per app and
+/// document, the earliest locale of the app's chain); follows [`SELECTION`].
+const VISIBLE: &str = ",
 visible AS (
   SELECT DISTINCT ON (d.app_id, d.document_id)
          d.app_id, s.app_name, d.manifest_hash, d.locale, d.document_id, d.title, d.description,
@@ -133,6 +128,10 @@ visible AS (
   WHERE d.locale = ANY (s.chain)
   ORDER BY d.app_id, d.document_id, array_position(s.chain, d.locale)
 )";
+
+/// A query over the selection, its first four parameters bound.
+type SelectionQuery<'q, O> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>;
 
 /// Help as one viewer in one locale sees it.
 pub struct HelpReader {
@@ -189,7 +188,12 @@ impl HelpReader {
         &self.locale
     }
 
-    fn selection(&self, app_id: Option<&str>) -> [Vec<String>; 4] {
+    /// `sql` (which reads the selection as $1–$4) with the selected apps bound — only `app_id`
+    /// when given; `None` when no app is selected.
+    fn query<'q, O>(&self, sql: String, app_id: Option<&str>) -> Option<SelectionQuery<'q, O>>
+    where
+        O: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
         let mut columns: [Vec<String>; 4] = Default::default();
         for app in self
             .selected
@@ -201,7 +205,17 @@ impl HelpReader {
             columns[2].push(app.app_name.clone());
             columns[3].push(app.chain.join(","));
         }
-        columns
+        if columns[0].is_empty() {
+            return None;
+        }
+        let [ids, hashes, names, chains] = columns;
+        Some(
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(ids)
+                .bind(hashes)
+                .bind(names)
+                .bind(chains),
+        )
     }
 
     /// The app's Help without bodies, when the viewer may see it and its advertised corpus is
@@ -221,21 +235,17 @@ impl HelpReader {
             if !stored {
                 return Ok(None);
             }
-            let [ids, hashes, names, chains] = self.selection(Some(app_id));
             let query = format!(
-                "{VISIBLE}
+                "{SELECTION}{VISIBLE}
                  SELECT app_id, app_name, manifest_hash, locale, document_id, title, description,
                         icon, sort_order AS \"order\"
                  FROM visible ORDER BY sort_order, title, document_id"
             );
-            let items: Vec<ListItem> = sqlx::query_as(sqlx::AssertSqlSafe(query))
-                .bind(ids)
-                .bind(hashes)
-                .bind(names)
-                .bind(chains)
-                .fetch_all(&self.pool)
-                .await?;
-            let encoded = super::encode_part;
+            let items: Vec<ListItem> = match self.query(query, Some(app_id)) {
+                Some(query) => query.fetch_all(&self.pool).await?,
+                None => Vec::new(),
+            };
+            let encoded = crate::http::text::encode_uri_component;
             let search_url = format!("/api/help/v1/{}/search", encoded(app_id));
             let documents = items
                 .into_iter()
@@ -268,12 +278,8 @@ impl HelpReader {
     /// Metadata of every visible document after `cursor` (a resource URI; empty for the start),
     /// in URI order: at most [`LIST_PAGE`] + 1 rows, the last one telling that more follow.
     pub async fn list(&self, cursor: &str) -> Result<Vec<ListItem>, HelpError> {
-        let [ids, hashes, names, chains] = self.selection(None);
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
         let query = format!(
-            "{VISIBLE}
+            "{SELECTION}{VISIBLE}
              SELECT app_id, app_name, manifest_hash, locale, document_id, title, description, icon,
                     sort_order AS \"order\"
              FROM visible
@@ -281,18 +287,11 @@ impl HelpReader {
              ORDER BY ('{RESOURCE_URI_PREFIX}' || app_id || '/' || document_id) COLLATE \"C\"
              LIMIT $6"
         );
-        bounded(async {
-            Ok(sqlx::query_as(sqlx::AssertSqlSafe(query))
-                .bind(ids)
-                .bind(hashes)
-                .bind(names)
-                .bind(chains)
-                .bind(cursor)
-                .bind((LIST_PAGE + 1) as i64)
-                .fetch_all(&self.pool)
-                .await?)
-        })
-        .await
+        let Some(query) = self.query(query, None) else {
+            return Ok(Vec::new());
+        };
+        let query = query.bind(cursor).bind((LIST_PAGE + 1) as i64);
+        bounded(async { Ok(query.fetch_all(&self.pool).await?) }).await
     }
 
     /// One visible document with its Markdown.
@@ -301,29 +300,19 @@ impl HelpReader {
         app_id: &str,
         document_id: &str,
     ) -> Result<Option<HelpRead>, HelpError> {
-        let [ids, hashes, names, chains] = self.selection(Some(app_id));
-        if ids.is_empty() {
-            return Ok(None);
-        }
         let query = format!(
-            "{VISIBLE}
+            "{SELECTION}{VISIBLE}
              SELECT v.app_id, v.app_name, v.manifest_hash, v.locale, v.document_id, v.title,
                     v.description, v.icon, v.sort_order AS \"order\", d.markdown
              FROM visible v
              JOIN help.documents d USING (app_id, manifest_hash, locale, document_id)
              WHERE v.document_id = $5"
         );
-        bounded(async {
-            Ok(sqlx::query_as(sqlx::AssertSqlSafe(query))
-                .bind(ids)
-                .bind(hashes)
-                .bind(names)
-                .bind(chains)
-                .bind(document_id)
-                .fetch_optional(&self.pool)
-                .await?)
-        })
-        .await
+        let Some(query) = self.query(query, Some(app_id)) else {
+            return Ok(None);
+        };
+        let query = query.bind(document_id);
+        bounded(async { Ok(query.fetch_optional(&self.pool).await?) }).await
     }
 
     /// Documents matching `query` (cut to 200 characters; empty matches nothing): an exact id
@@ -336,8 +325,7 @@ impl HelpReader {
         limit: Option<i64>,
     ) -> Result<Vec<SearchItem>, HelpError> {
         let query: String = query.trim().chars().take(MAX_QUERY_CHARS).collect();
-        let [ids, hashes, names, chains] = self.selection(app_id);
-        if query.is_empty() || ids.is_empty() {
+        if query.is_empty() {
             return Ok(Vec::new());
         }
         let limit = limit
@@ -400,18 +388,11 @@ impl HelpReader {
                       h.app_id, d.sort_order, h.document_id
              LIMIT $6"
         );
-        bounded(async {
-            Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .bind(ids)
-                .bind(hashes)
-                .bind(names)
-                .bind(chains)
-                .bind(&query)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?)
-        })
-        .await
+        let Some(sql) = self.query(sql, app_id) else {
+            return Ok(Vec::new());
+        };
+        let sql = sql.bind(&query).bind(limit);
+        bounded(async { Ok(sql.fetch_all(&self.pool).await?) }).await
     }
 }
 

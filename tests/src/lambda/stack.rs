@@ -8,8 +8,6 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use k2b_core::Core;
 use k2b_core::auth::UserRecord;
 use k2b_core::config::{Config, Mode};
-use k2b_core::identity::IssueOptions;
-use k2b_core::identity::session::{SESSION_COOKIE, SessionRequest};
 
 use super::rest::{ApiGateway, Delivered, RestRequest};
 use super::{Deployment, FunctionProcess, Outcome, function_binary};
@@ -127,17 +125,7 @@ impl Stack {
 
     /// A signed-in browser's cookie for `user`.
     pub async fn cookie(&self, user: &UserRecord) -> String {
-        let session = self
-            .core
-            .identity
-            .issue_session(
-                &self.core.settings,
-                SessionRequest::web(user.id),
-                IssueOptions::default(),
-            )
-            .await
-            .expect("session");
-        format!("{SESSION_COOKIE}={}", session.token)
+        crate::session_cookie(&self.core, user).await
     }
 
     /// An administrator who accepted the terms, and their browser's cookie.

@@ -9,8 +9,6 @@ use k2b_core::Core;
 use k2b_core::auth::{AuthUser, Profile, Provider, UserRecord, build_roles};
 use k2b_core::help::reader::HelpReader;
 use k2b_core::help::{CompiledHelp, compile_help, define_localized_help};
-use k2b_core::identity::IssueOptions;
-use k2b_core::identity::session::SessionRequest;
 use k2b_core::registry::entry::HelpSummary;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
 use k2b_tests::{TestDb, core_for, create_account};
@@ -152,18 +150,7 @@ impl HelpDb {
 
     /// A browser session cookie of `user`.
     pub async fn cookie(&self, user: &UserRecord) -> String {
-        let token = self
-            .core
-            .identity
-            .issue_session(
-                &self.core.settings,
-                SessionRequest::web(user.id),
-                IssueOptions::default(),
-            )
-            .await
-            .expect("session")
-            .token;
-        format!("session_token={token}")
+        k2b_tests::session_cookie(&self.core, user).await
     }
 }
 

@@ -1,6 +1,6 @@
 //! `k2b-local` as a newcomer uses it: start, health, restart, bad configuration, admin commands.
 
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, run_local};
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, admin_cookie, run_local};
 use serde_json::Value;
 
 fn fresh_database_url(db: &TestDb) -> (String, String) {
@@ -329,9 +329,7 @@ async fn the_demo_apps_help_answers_right_after_start() {
         ("APP_SECRET", TEST_APP_SECRET),
     ];
     let runner = LocalRunner::start(&env);
-    let issued = run_local(&env, &["session", "issue", "--user", "admin"], None);
-    assert!(issued.status.success(), "{issued:?}");
-    let cookie = String::from_utf8_lossy(&issued.stdout).trim().to_string();
+    let cookie = admin_cookie(&env);
     let client = reqwest::Client::new();
     let get = |path: &str, locale: &str| {
         client

@@ -90,6 +90,18 @@ async fn a_renewal_writes_no_documents_and_moves_the_lease() {
     );
 }
 
+/// Moves the last renewal of the corpus `hash` back by `age` (an interval such as `1 day`).
+async fn age_corpus(t: &HelpDb, hash: &str, age: &str) {
+    sqlx::query(
+        "UPDATE help.corpora SET last_seen_at = now() - $2::interval WHERE manifest_hash = $1",
+    )
+    .bind(hash)
+    .bind(age)
+    .execute(&t.core.pool)
+    .await
+    .expect("age");
+}
+
 /// The row versions of the stored documents: any write to a row changes its `xmin`.
 async fn document_inserts(t: &HelpDb) -> Vec<String> {
     sqlx::query_scalar(
@@ -247,13 +259,7 @@ async fn scenario_10_cleanup_removes_old_corpora_and_spares_the_current_one() {
     store::register(&t.core.pool, &older.corpus)
         .await
         .expect("older");
-    sqlx::query(
-        "UPDATE help.corpora SET last_seen_at = now() - interval '1 day' WHERE manifest_hash = $1",
-    )
-    .bind(&older.corpus.manifest_hash)
-    .execute(&t.core.pool)
-    .await
-    .expect("age");
+    age_corpus(&t, &older.corpus.manifest_hash, "1 day").await;
 
     assert_eq!(store::cleanup(&t.core.pool).await.expect("cleanup"), 1);
     assert_eq!(
@@ -309,14 +315,7 @@ async fn cleanup_takes_one_corpus_per_run_oldest_first() {
         store::register(&t.core.pool, &help.corpus)
             .await
             .expect("register");
-        sqlx::query(
-            "UPDATE help.corpora SET last_seen_at = now() - $2::interval WHERE manifest_hash = $1",
-        )
-        .bind(&help.corpus.manifest_hash)
-        .bind(*age)
-        .execute(&t.core.pool)
-        .await
-        .expect("age");
+        age_corpus(&t, &help.corpus.manifest_hash, age).await;
         hashes.push(help.corpus.manifest_hash);
     }
     // Five minutes old: within the six-minute retention.
@@ -324,13 +323,7 @@ async fn cleanup_takes_one_corpus_per_run_oldest_first() {
     store::register(&t.core.pool, &fresh.corpus)
         .await
         .expect("register");
-    sqlx::query(
-        "UPDATE help.corpora SET last_seen_at = now() - interval '5 minutes' WHERE manifest_hash = $1",
-    )
-    .bind(&fresh.corpus.manifest_hash)
-    .execute(&t.core.pool)
-    .await
-    .expect("age");
+    age_corpus(&t, &fresh.corpus.manifest_hash, "5 minutes").await;
 
     let remaining = |t: &HelpDb| {
         let pool = t.core.pool.clone();

@@ -1,7 +1,7 @@
 //! The pairing walk through `k2b-local`, which registers the PWA shell: a browser signed in as
 //! the seeded administrator pairs a phone, and the phone renews and launches.
 
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, run_local};
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb};
 use serde_json::{Value, json};
 
 fn cookie_value(response: &reqwest::Response, name: &str) -> Option<String> {
@@ -25,9 +25,7 @@ async fn a_phone_pairs_through_the_runner() {
     ];
     let runner = LocalRunner::start(&env);
     let base = runner.base_url.clone();
-    let issued = run_local(&env, &["session", "issue", "--user", "admin"], None);
-    assert!(issued.status.success(), "{issued:?}");
-    let web_cookie = String::from_utf8_lossy(&issued.stdout).trim().to_string();
+    let web_cookie = k2b_tests::admin_cookie(&env);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -5,16 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, run_local};
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, admin_cookie};
 use serde_json::json;
 
 use super::{Counters, LineReader, answers, lines, provider, summary_widget, widget_lines};
-
-fn session_cookie(env: &[(&str, &str)]) -> String {
-    let issued = run_local(env, &["session", "issue", "--user", "admin"], None);
-    assert!(issued.status.success(), "{issued:?}");
-    String::from_utf8_lossy(&issued.stdout).trim().to_string()
-}
 
 /// The demo app's slow widget takes 2 s: the start line and the three fast widgets arrive
 /// before it settles.
@@ -27,7 +21,7 @@ async fn lines_stream_through_the_runner_before_the_slow_widget_settles() {
         ("APP_SECRET", TEST_APP_SECRET),
     ];
     let runner = LocalRunner::start(&env);
-    let cookie = session_cookie(&env);
+    let cookie = admin_cookie(&env);
     let client = reqwest::Client::new();
     let started = Instant::now();
     let response = client
@@ -95,7 +89,7 @@ async fn two_hundred_concurrent_streams_finish_and_memory_returns() {
         ("K2B_DB_ACQUIRE_TIMEOUT_MS", "20000"),
     ];
     let runner = LocalRunner::start(&env);
-    let cookie = session_cookie(&env);
+    let cookie = admin_cookie(&env);
 
     // Ten apps of our own, one widget each, answering at once.
     let counters = Arc::new(Counters::default());
@@ -283,7 +277,7 @@ async fn lines_stream_through_cargo_lambda_watch() {
         ("APP_SECRET", TEST_APP_SECRET),
     ];
     let runner = LocalRunner::start(&env);
-    let cookie = session_cookie(&env);
+    let cookie = admin_cookie(&env);
     let watch = LambdaWatch::start(&[
         ("DATABASE_URL", url.as_str()),
         ("APP_SECRET", TEST_APP_SECRET),
