@@ -1,6 +1,5 @@
 //! Accounts (`auth.users`) and the actor a request acts as.
 
-pub mod resolve;
 pub mod roles;
 
 use chrono::{DateTime, Utc};
@@ -8,11 +7,32 @@ use serde::Serialize;
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
-pub use resolve::{CurrentActor, authenticate, require_reader};
 pub use roles::{Profile, Provider, Role, build_roles, without_admin_role};
 
-pub use crate::identity::workload::ServiceAccountKind;
 use crate::settings::{AccountCategory, Settings, SettingsError};
+
+/// Whether a service account acts for a person or for a resource (an app, a mailbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceAccountKind {
+    UserDelegated,
+    ResourceBound,
+}
+
+/// Scopes that make a resource-bound credential an app's workload credential rather than an
+/// ordinary API key (including the retired `identity:oauth-issue`).
+pub const RESERVED_SCOPES: &[&str] = &[
+    "identity:invoke",
+    "registry:publish",
+    "mail",
+    "identity:oauth-issue",
+];
+
+/// Whether a credential is a reserved workload credential: resource-bound with a reserved scope.
+pub fn is_reserved_workload_credential(kind: ServiceAccountKind, scopes: &[String]) -> bool {
+    kind == ServiceAccountKind::ResourceBound
+        && scopes.iter().any(|s| RESERVED_SCOPES.contains(&s.as_str()))
+}
 
 /// The auth area's one error type.
 #[derive(Debug, thiserror::Error)]
@@ -319,10 +339,7 @@ impl Actor {
         match self {
             Actor::ServiceAccount(actor) => {
                 actor.credential_kind == CredentialKind::ApiKey
-                    && crate::identity::workload::is_reserved_workload_credential(
-                        actor.kind,
-                        &actor.scopes,
-                    )
+                    && is_reserved_workload_credential(actor.kind, &actor.scopes)
             }
             _ => false,
         }

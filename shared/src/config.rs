@@ -3,12 +3,18 @@
 //! A function reads its configuration at start and refuses to run with a bad one: the error names
 //! the variable and what is expected, and never echoes a secret's value.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::identity::constants::CORE_APP_ID;
-use crate::identity::kek::{self, KekError, KekSet};
-use crate::identity::runtime::{JWKS_ORIGIN_VARIABLE, OAUTH_JWKS_ORIGIN_VARIABLE};
+use crate::kek::{self, KekError, KekSet};
 pub use crate::secret::Secret;
+
+/// The app id of Core itself: the only application that holds the identity keys, and the one
+/// Core's own mail is sent as.
+pub const CORE_APP_ID: &str = "core";
+/// Variable names of the JWKS transport origins.
+pub const JWKS_ORIGIN_VARIABLE: &str = "CLOUD_IDENTITY_JWKS_ORIGIN";
+pub const OAUTH_JWKS_ORIGIN_VARIABLE: &str = "CLOUD_OAUTH_JWKS_ORIGIN";
 
 /// Built-in `APP_SECRET` of local mode. Anything encrypted with it is readable by anyone with this
 /// source, which is why production refuses to start without a real secret.
@@ -54,6 +60,8 @@ pub struct Needs {
     pub wakeups: bool,
     /// `K2B_LIVE_QUEUE_URL`: publishes live updates.
     pub live_updates: bool,
+    /// `K2B_MAIL_BUCKET`: keeps outgoing mail attachments (a local folder in local mode).
+    pub mail_objects: bool,
 }
 
 impl Needs {
@@ -63,6 +71,7 @@ impl Needs {
         signing_keys: true,
         wakeups: true,
         live_updates: true,
+        mail_objects: true,
     };
     /// The database alone.
     pub const DATABASE: Needs = Needs {
@@ -70,6 +79,7 @@ impl Needs {
         signing_keys: false,
         wakeups: false,
         live_updates: false,
+        mail_objects: false,
     };
     /// Adds `APP_SECRET`.
     pub const fn with_settings(self) -> Needs {
@@ -82,6 +92,20 @@ impl Needs {
     pub const fn with_signing_keys(self) -> Needs {
         Needs {
             signing_keys: true,
+            ..self
+        }
+    }
+    /// Adds the wake-up queue alone (a writer whose rows the `outbox` function delivers).
+    pub const fn with_wakeups(self) -> Needs {
+        Needs {
+            wakeups: true,
+            ..self
+        }
+    }
+    /// Adds the object store of outgoing mail attachments.
+    pub const fn with_mail_objects(self) -> Needs {
+        Needs {
+            mail_objects: true,
             ..self
         }
     }
@@ -133,6 +157,11 @@ pub struct Config {
     /// `K2B_LIVE_QUEUE_URL`: SQS FIFO queue live updates are published to (unset, only in local
     /// mode: kept in memory).
     pub live_queue_url: Option<String>,
+    /// `K2B_MAIL_BUCKET`: the S3 bucket of outgoing mail attachments (unset, only in local
+    /// mode: the folder `mail_dir`).
+    pub mail_bucket: Option<String>,
+    /// `K2B_DATA_DIR` + `/mail`: where local mode keeps outgoing mail attachments.
+    pub mail_dir: PathBuf,
     /// Names of the variables that took a local-mode default, for the start-up notice.
     pub local_defaults: Vec<&'static str>,
 }
@@ -161,6 +190,18 @@ impl ConfigError {
             message: message.into(),
         }
     }
+}
+
+/// An S3 bucket name as S3 accepts it (3–63 characters of lowercase letters, digits, dots and
+/// hyphens, starting and ending with a letter or digit).
+fn is_bucket_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (3..=63).contains(&bytes.len())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'))
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// Development key-encryption key of local mode (never valid outside it).
@@ -358,7 +399,7 @@ impl Config {
         let settings_cache_ms = parse_number(&get, "K2B_SETTINGS_CACHE_MS", 0, 300_000, 5_000)?;
 
         let keks = if needs.signing_keys {
-            Some(parse_keks(&lookup, mode, &app_id, &mut local_defaults)?)
+            Some(parse_keks(&lookup, mode, &mut local_defaults)?)
         } else {
             None
         };
@@ -368,14 +409,13 @@ impl Config {
             (JWKS_ORIGIN_VARIABLE, &jwks_origin),
             (OAUTH_JWKS_ORIGIN_VARIABLE, &oauth_jwks_origin),
         ] {
-            if let Some(origin) = origin {
-                crate::identity::runtime::jwks_url(
-                    "https://unused.invalid",
-                    Some(origin),
+            if let Some(origin) = origin.as_deref().map(str::trim).filter(|o| !o.is_empty())
+                && crate::http::origin::transport_origin(origin).is_none()
+            {
+                return Err(ConfigError::with_message(
                     variable,
-                    "/",
-                )
-                .map_err(|e| ConfigError::with_message(variable, e.to_string()))?;
+                    format!("{variable} must use http or https"),
+                ));
             }
         }
         let invocation_issuance_mode = match get("CLOUD_INVOCATION_ISSUANCE_MODE")
@@ -432,9 +472,33 @@ impl Config {
             "live updates are published to",
         )?;
 
+        let mail_bucket = match get("K2B_MAIL_BUCKET") {
+            _ if !needs.mail_objects => None,
+            Some(bucket) if is_bucket_name(&bucket) => Some(bucket),
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "K2B_MAIL_BUCKET",
+                    "must be an S3 bucket name (3–63 lowercase letters, digits, dots or hyphens)",
+                ));
+            }
+            None if mode.is_local() => None,
+            None => {
+                return Err(ConfigError::new(
+                    "K2B_MAIL_BUCKET",
+                    "is required outside local mode (the S3 bucket outgoing mail attachments are kept in)",
+                ));
+            }
+        };
+        let mail_dir = get("K2B_DATA_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("k2b-local"))
+            .join("mail");
+
         Ok(Config {
             mode,
             needs,
+            mail_bucket,
+            mail_dir,
             database_url: Secret::new(database_url),
             app_secret,
             app_id,
@@ -497,7 +561,6 @@ impl Config {
 fn parse_keks(
     lookup: &impl Fn(&str) -> Option<String>,
     mode: Mode,
-    app_id: &str,
     local_defaults: &mut Vec<&'static str>,
 ) -> Result<KekSet, ConfigError> {
     let current = match lookup(kek::CURRENT_VARIABLE).filter(|v| !v.trim().is_empty()) {
@@ -515,10 +578,9 @@ fn parse_keks(
     };
     let previous = lookup(kek::PREVIOUS_VARIABLE).map(Secret::new);
     let next = lookup(kek::NEXT_VARIABLE).map(Secret::new);
-    KekSet::parse(app_id, Some(&current), previous.as_ref(), next.as_ref()).map_err(|error| {
+    KekSet::parse(Some(&current), previous.as_ref(), next.as_ref()).map_err(|error| {
         let variable = match error {
             KekError::Malformed(variable) => variable,
-            KekError::NotCore => "APP_ID",
             KekError::NotDistinct | KekError::PreviousAndNext => kek::PREVIOUS_VARIABLE,
         };
         ConfigError::with_message(variable, error.to_string())
@@ -588,6 +650,25 @@ mod tests {
     }
 
     #[test]
+    fn production_requires_the_mail_bucket_and_local_mode_keeps_a_folder() {
+        let err = parse(
+            Mode::Production,
+            &[
+                ("DATABASE_URL", "postgres://db/x"),
+                ("APP_SECRET", GOOD_SECRET),
+                ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", KEK),
+                ("K2B_WAKEUP_QUEUE_URL", "https://sqs.example/1/wakeup"),
+                ("K2B_LIVE_QUEUE_URL", "https://sqs.example/1/live.fifo"),
+            ],
+        )
+        .expect_err("must fail");
+        assert_eq!(err.variable, "K2B_MAIL_BUCKET");
+        let config = parse(Mode::Local, &[("K2B_DATA_DIR", "/srv/k2b")]).expect("local");
+        assert_eq!(config.mail_bucket, None);
+        assert_eq!(config.mail_dir, PathBuf::from("/srv/k2b/mail"));
+    }
+
+    #[test]
     fn short_secret_is_refused_outside_local_mode_with_one_line_naming_it() {
         let err = parse(
             Mode::Local,
@@ -621,10 +702,12 @@ mod tests {
                 ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", KEK),
                 ("K2B_WAKEUP_QUEUE_URL", "https://sqs.example/1/wakeup"),
                 ("K2B_LIVE_QUEUE_URL", "https://sqs.example/1/live.fifo"),
+                ("K2B_MAIL_BUCKET", "k2b-mail-attachments"),
             ],
         )
         .expect("valid");
         assert_eq!(config.mode, Mode::Production);
+        assert_eq!(config.mail_bucket.as_deref(), Some("k2b-mail-attachments"));
         assert_eq!(config.db.max_connections, 3);
         assert_eq!(config.log_format, LogFormat::Json);
         assert!(config.local_mode_notice().is_none());
@@ -653,6 +736,9 @@ mod tests {
             ("CLOUD_INVOCATION_ISSUANCE_MODE", "maybe"),
             ("K2B_WAKEUP_QUEUE_URL", "not a url"),
             ("K2B_LIVE_QUEUE_URL", "ftp://queue"),
+            ("K2B_MAIL_BUCKET", "Mail_Bucket"),
+            ("K2B_MAIL_BUCKET", "-mail"),
+            ("K2B_MAIL_BUCKET", "ab"),
         ] {
             let err = parse(Mode::Local, &[(name, value)]).expect_err("must fail");
             assert_eq!(err.variable, name, "{name}={value}");

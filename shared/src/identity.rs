@@ -10,7 +10,6 @@ pub mod constants;
 pub mod flight;
 pub mod invocation;
 pub mod jwt;
-pub mod kek;
 pub mod keys;
 pub mod metrics;
 pub mod remote;
@@ -31,8 +30,8 @@ use jsonwebtoken::DecodingKey;
 use serde::Serialize;
 use sqlx::PgPool;
 
+pub use crate::kek::{self, KekSet};
 pub use constants::*;
-pub use kek::KekSet;
 pub use metrics::{Counter, Metrics, MetricsSnapshot};
 pub use ring::PurposeChanges;
 pub use runtime::{IdentitySettings, IdentitySettingsSource, RuntimeConfig, RuntimeConfigCache};

@@ -4,6 +4,7 @@
 //! router or event handler to the Lambda runtime; the local runner builds the same `Core` and
 //! mounts every function on one port.
 
+pub mod access;
 pub mod approvals;
 pub mod audit;
 pub mod auth;
@@ -14,7 +15,9 @@ pub mod db;
 pub mod help;
 pub mod http;
 pub mod identity;
+pub mod kek;
 pub mod lambda;
+pub mod mail;
 pub mod outbox;
 pub mod pwa;
 pub mod registry;
@@ -54,6 +57,8 @@ pub struct CoreInner {
     pub memory_live: Option<Arc<MemoryLivePublisher>>,
     /// The last installation logo parsed (the icons, the manifest and the worker script read it).
     pub icon_source: branding::IconSourceMemo,
+    /// Where outgoing mail attachments are kept (S3, or a local folder in local mode).
+    pub mail_objects: mail::MailObjects,
 }
 
 impl Core {
@@ -99,7 +104,10 @@ impl Core {
             None => (Arc::new(NoLiveQueue), None),
         };
         let live = Arc::new(LiveOutboxes::new(pool.clone(), publisher, wakeups.clone()));
+        let mail_objects =
+            mail::MailObjects::new(config.mail_bucket.clone(), config.mail_dir.clone());
         Core(Arc::new(CoreInner {
+            mail_objects,
             config,
             pool,
             settings,

@@ -157,6 +157,28 @@ impl Settings {
         Ok(value)
     }
 
+    /// Encrypts a secret stored outside `settings.entries` (an SMTP password) with the same key
+    /// as settings; `label` binds the ciphertext to its place, so it cannot be moved elsewhere.
+    pub fn seal(&self, label: &str, plaintext: &str) -> Result<String, SettingsError> {
+        let cipher = self
+            .cipher
+            .as_ref()
+            .ok_or_else(|| SettingsError::NoSecret(label.to_string()))?;
+        Ok(cipher.encrypt(label, plaintext.as_bytes()))
+    }
+
+    /// Decrypts what [`Settings::seal`] stored under `label`.
+    pub fn unseal(&self, label: &str, stored: &str) -> Result<String, SettingsError> {
+        let cipher = self
+            .cipher
+            .as_ref()
+            .ok_or_else(|| SettingsError::NoSecret(label.to_string()))?;
+        let plaintext = cipher
+            .decrypt(label, stored)
+            .map_err(|_| SettingsError::Tampered(label.to_string()))?;
+        String::from_utf8(plaintext).map_err(|_| SettingsError::Tampered(label.to_string()))
+    }
+
     fn cipher(&self, def: &SettingDef) -> Result<&SettingsCipher, SettingsError> {
         self.cipher
             .as_ref()

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod lambda;
+pub mod pgfault;
 
 pub use k2b_core::db::testing::{TEST_APP_SECRET, TestDb};
 

@@ -32,6 +32,9 @@ pub const REGISTRY_PRUNE_GRACE: Duration = Duration::from_secs(600);
 /// Registry rows deleted per run at most.
 pub const REGISTRY_PRUNE_BATCH: i64 = 100;
 
+/// Expired attachment records forgotten per run at most.
+pub const MAIL_OBJECTS_BATCH: i64 = 1000;
+
 /// What one run changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct MaintenanceReport {
@@ -40,6 +43,9 @@ pub struct MaintenanceReport {
     pub help_corpora_deleted: u64,
     /// Pairing and device housekeeping.
     pub pwa: pwa::maintenance::PwaMaintenanceReport,
+    /// Mail attachment objects past their lifetime no longer counted against the total (the
+    /// store's own expiry removes the bytes).
+    pub mail_objects_forgotten: u64,
 }
 
 /// The maintenance area's one error type.
@@ -51,6 +57,8 @@ pub enum MaintenanceError {
     Pwa(#[from] PwaError),
     #[error("help: {0}")]
     Help(#[from] k2b_core::help::HelpError),
+    #[error("mail: {0}")]
+    Mail(#[from] k2b_core::mail::MailError),
 }
 
 /// Runs every task once and logs one line saying what changed.
@@ -59,10 +67,13 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
         store::prune_expired(&core.pool, REGISTRY_PRUNE_GRACE, REGISTRY_PRUNE_BATCH).await?;
     let help_corpora_deleted = k2b_core::help::store::cleanup(&core.pool).await?;
     let pwa = pwa::maintenance::run(core).await?;
+    let mail_objects_forgotten =
+        k2b_core::mail::attachments::forget_expired(&core.pool, MAIL_OBJECTS_BATCH).await?;
     let report = MaintenanceReport {
         registry_pruned,
         help_corpora_deleted,
         pwa,
+        mail_objects_forgotten,
     };
     if report == MaintenanceReport::default() {
         tracing::debug!("maintenance run finished: nothing to do");
@@ -73,6 +84,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
             pairings_deleted = report.pwa.pairings_deleted,
             devices_expired = report.pwa.devices_expired,
             devices_purged = report.pwa.devices_purged,
+            mail_objects_forgotten = report.mail_objects_forgotten,
             "maintenance run finished"
         );
     }

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, middleware};
 use k2b_core::Core;
-use k2b_core::auth::resolve::app_credential;
+use k2b_core::access::app_credential;
 use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::middleware;
 use k2b_core::Core;
-use k2b_core::auth::require_reader;
+use k2b_core::access::require_reader;
 use k2b_core::config::Needs;
 use k2b_core::http::headers::request_id;
 use k2b_core::http::routes::Routes;

@@ -114,7 +114,7 @@ fn demo_entry(demo_url: &str) -> Value {
                 "widgets": {"stock": {"title": "Bestand"}}
             }}
         },
-        "platformPermissions": ["mail.send"],
+        "platformPermissions": ["mail:send"],
         "widgets": demo_widgets()
     })
 }
@@ -204,6 +204,56 @@ pub fn pwa_shell_entry(base_url: &str) -> Value {
     })
 }
 
+/// The second demo app: it sends no mail and reads the demo app's mail log (`mail:read` and a
+/// grant), so the two sides of log access can be tried locally.
+pub const REPORTS_APP_ID: &str = "reports";
+/// The local SMTP port the seeded mail profile delivers to (`K2B_LOCAL_SMTP_PORT`).
+pub const DEFAULT_SMTP_PORT: u16 = 2525;
+
+/// The second demo app's registry entry (no server of its own).
+pub fn reports_entry(base_url: &str) -> Value {
+    json!({
+        "id": REPORTS_APP_ID,
+        "name": "Reports",
+        "icon": "ti ti-report",
+        "description": "A demo app that reads the demo app's mail log",
+        "baseUrl": base_url,
+        "routes": ["/app/reports"],
+        "platformPermissions": ["mail:read"]
+    })
+}
+
+/// A default mail profile delivering to a local SMTP port, and the reports app's grant to read
+/// the demo app's log; kept as they are once they exist.
+async fn seed_mail(core: &Core, admin: uuid::Uuid) -> anyhow::Result<()> {
+    use k2b_core::mail::{admin as mail_admin, profiles};
+    let actor = profiles::AdminActor {
+        user_id: admin,
+        uid: ADMIN_UID.into(),
+        request_id: None,
+    };
+    if profiles::list(&core.pool).await?.is_empty() {
+        let port = std::env::var("K2B_LOCAL_SMTP_PORT")
+            .ok()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or(DEFAULT_SMTP_PORT);
+        let input = profiles::ProfileInput::parse(&json!({
+            "name": "Local",
+            "fromAddress": "noreply@k2b.localhost",
+            "smtpHost": "127.0.0.1",
+            "smtpPort": port,
+            "smtpSecure": false
+        }))?;
+        profiles::put(&core.pool, &core.settings, "local", input, &actor).await?;
+    }
+    let reports = mail_admin::admin_app(&core.pool, REPORTS_APP_ID).await?;
+    if reports["logApps"].as_array().is_none_or(Vec::is_empty) {
+        mail_admin::set_log_access(&core.pool, REPORTS_APP_ID, vec![DEMO_APP_ID.into()], &actor)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Seeds what is missing, keeping whatever is already there. Returns the admin's id.
 pub async fn seed(core: &Core) -> anyhow::Result<uuid::Uuid> {
     let mut conn = core.pool.acquire().await?;
@@ -211,6 +261,9 @@ pub async fn seed(core: &Core) -> anyhow::Result<uuid::Uuid> {
         k2b_core::approvals::accept_legal_terms(&mut conn, existing.id)
             .await
             .context("record the administrator's acceptance of the terms")?;
+        seed_mail(core, existing.id)
+            .await
+            .context("seed the mail profile")?;
         return Ok(existing.id);
     }
     let admin = auth::create_user(
@@ -234,5 +287,8 @@ pub async fn seed(core: &Core) -> anyhow::Result<uuid::Uuid> {
             .set("app.name", json!("K2B Cloud (local)"))
             .await?;
     }
+    seed_mail(core, admin.id)
+        .await
+        .context("seed the mail profile")?;
     Ok(admin.id)
 }

@@ -131,6 +131,7 @@ pub fn router(core: Core) -> Router {
             .merge(manifest::routes(core.clone()))
             .merge(widgets::routes(core.clone()))
             .merge(help::routes(core.clone()))
+            .merge(mail::routes(core.clone()))
             .merge(approvals::routes(core)),
     )
 }
@@ -192,7 +193,10 @@ impl Heartbeat {
         Ok(Heartbeat {
             demo: demo::demo_app_entry(demo_url, &help)?,
             help,
-            others: vec![demo::pwa_shell_entry(base_url)],
+            others: vec![
+                demo::pwa_shell_entry(base_url),
+                demo::reports_entry(base_url),
+            ],
         })
     }
 

@@ -33,6 +33,16 @@ pub fn canonical_origin(value: &str) -> Option<String> {
     Some(url.origin().ascii_serialization())
 }
 
+/// The origin of a private transport URL (`http://app-core:3000`): an http(s) URL with a host,
+/// written out as `scheme://host[:port]`; `None` for anything else.
+pub fn transport_origin(value: &str) -> Option<String> {
+    let url = url::Url::parse(value.trim()).ok()?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return None;
+    }
+    Some(url.origin().ascii_serialization())
+}
+
 fn is_loopback_authority(authority: &str) -> bool {
     let host = authority.split('/').next().unwrap_or_default();
     let host = if let Some(rest) = host.strip_prefix('[') {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// The application id the identity services require (`APP_ID`): this bundle is Cloud Core, the
 /// only application that may hold the identity signing keys.
-pub const CORE_APP_ID: &str = "core";
+pub use crate::config::CORE_APP_ID;
 
 pub const SESSION_JWKS_PATH: &str = "/.well-known/cloud-session-jwks.json";
 pub const INVOCATION_JWKS_PATH: &str = "/.well-known/cloud-invocation-jwks.json";

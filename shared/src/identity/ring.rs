@@ -13,10 +13,10 @@ use super::constants::{
     ACTIVATION_LEAD, PRUNE_FAMILIES_AFTER, PRUNE_FAMILIES_BATCH, PRUNE_KEYS_BATCH, ROLLOUT_MARGIN,
     ROTATION_AGE, SIGNING_CACHE,
 };
-use super::kek::KekSet;
 use super::keys::{self, PrivateJwk};
 use super::{IdentityError, Purpose, Signer};
 use crate::db;
+use crate::kek::KekSet;
 
 /// How long a key signs: its rotation age, plus the activation lead of its successor, plus the
 /// signing overlap after the successor takes over.

@@ -14,12 +14,9 @@ use super::IdentityError;
 use super::constants::{
     INVOCATION_JWKS_PATH, OAUTH_JWKS_PATH, REFRESH_TIMEOUT, RUNTIME_CONFIG_CACHE, SESSION_JWKS_PATH,
 };
-use crate::http::origin::canonical_origin;
+pub use crate::config::{JWKS_ORIGIN_VARIABLE, OAUTH_JWKS_ORIGIN_VARIABLE};
+use crate::http::origin::{canonical_origin, transport_origin};
 use crate::settings::normalise_groups;
-
-/// Variable names of the JWKS transport origins.
-pub const JWKS_ORIGIN_VARIABLE: &str = "CLOUD_IDENTITY_JWKS_ORIGIN";
-pub const OAUTH_JWKS_ORIGIN_VARIABLE: &str = "CLOUD_OAUTH_JWKS_ORIGIN";
 
 /// What identity needs from settings, read together.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,14 +59,7 @@ pub fn jwks_url(
     path: &str,
 ) -> Result<String, IdentityError> {
     let base = match origin.map(str::trim).filter(|o| !o.is_empty()) {
-        Some(origin) => {
-            let url =
-                url::Url::parse(origin).map_err(|_| IdentityError::BadJwksOrigin(variable))?;
-            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                return Err(IdentityError::BadJwksOrigin(variable));
-            }
-            url.origin().ascii_serialization()
-        }
+        Some(origin) => transport_origin(origin).ok_or(IdentityError::BadJwksOrigin(variable))?,
         None => issuer.to_string(),
     };
     Ok(format!("{base}{path}"))

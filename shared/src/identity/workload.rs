@@ -10,24 +10,11 @@ use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
-/// Whether a service account acts for a person or for a resource (an app, a mailbox).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ServiceAccountKind {
-    UserDelegated,
-    ResourceBound,
-}
+pub use crate::auth::{RESERVED_SCOPES, ServiceAccountKind, is_reserved_workload_credential};
 
-/// Scopes a workload credential may carry: invoking Core's identity authority and publishing
-/// the app's registry entry.
-pub const WORKLOAD_SCOPES: &[&str] = &["identity:invoke", "registry:publish"];
-/// Scopes that make a resource-bound credential a workload credential rather than an ordinary
-/// API key (including the retired `identity:oauth-issue`).
-pub const RESERVED_SCOPES: &[&str] = &[
-    "identity:invoke",
-    "registry:publish",
-    "identity:oauth-issue",
-];
+/// Scopes a workload credential may carry: invoking Core's identity authority, publishing the
+/// app's registry entry, and handing Core the app's outgoing mail.
+pub const WORKLOAD_SCOPES: &[&str] = &["identity:invoke", "registry:publish", "mail"];
 /// The resource type of an app's workload service account.
 pub const APP_RESOURCE_TYPE: &str = "cloud.app";
 const TOKEN_PREFIX: &str = "cld_";
@@ -42,12 +29,6 @@ pub fn new_token() -> String {
 /// The stored form of a token.
 pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
-}
-
-/// Whether a credential is a reserved workload credential: resource-bound with a reserved scope.
-pub fn is_reserved_workload_credential(kind: ServiceAccountKind, scopes: &[String]) -> bool {
-    kind == ServiceAccountKind::ResourceBound
-        && scopes.iter().any(|s| RESERVED_SCOPES.contains(&s.as_str()))
 }
 
 /// A credential as stored, joined with its service account.

@@ -231,9 +231,13 @@ fn string_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str
     object.get(key).and_then(Value::as_str)
 }
 
+/// The platform permissions an entry may declare: sending outgoing mail, and reading the mail
+/// logs other apps granted.
+pub const PLATFORM_PERMISSIONS: &[&str] = &["mail:send", "mail:read"];
+
 /// Checks what readers rely on: the required fields, an http(s) `baseUrl` without credentials,
-/// absolute `routes`, and the shape of every optional part that readers interpret. Returns the
-/// first problem as `<field> must be <expectation>`.
+/// absolute `routes`, the platform permissions it declares, and the shape of every optional part
+/// that readers interpret. Returns the first problem as `<field> must be <expectation>`.
 pub fn validate_entry(value: &Value) -> Result<(), String> {
     let Some(entry) = value.as_object() else {
         return Err("entry must be an object".into());
@@ -267,6 +271,20 @@ pub fn validate_entry(value: &Value) -> Result<(), String> {
     });
     if !routes_ok {
         return Err(invalid("routes", "an array of absolute paths"));
+    }
+    if let Some(permissions) = entry.get("platformPermissions") {
+        let known = permissions.as_array().is_some_and(|items| {
+            items.iter().all(|p| {
+                p.as_str()
+                    .is_some_and(|name| PLATFORM_PERMISSIONS.contains(&name))
+            })
+        });
+        if !known {
+            return Err(invalid(
+                "platformPermissions",
+                "an array of \"mail:send\" and \"mail:read\"",
+            ));
+        }
     }
     if let Some(started) = entry.get("startedAt")
         && !started.as_f64().is_some_and(f64::is_finite)
@@ -505,7 +523,7 @@ pub(crate) mod tests {
             "id": "inventory", "name": "Inventory", "icon": "i", "description": "d",
             "baseUrl": "https://inventory.internal:8443/custom/path",
             "routes": ["/app/inventory", "/api/inventory"],
-            "platformPermissions": ["mail.send"],
+            "platformPermissions": ["mail:send", "mail:read"],
             "presentation": {"baseLocale": "en", "translations": {"de": {"name": "Lager", "widgets": {"stock": {"title": "Bestand"}}}}},
             "appearance": {"accent": "#0d9488"},
             "runtime": {"version": "1.2.0", "release": "0.30.0", "syncVersion": "3"},
@@ -534,7 +552,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             entry.platform_permissions,
-            Some(vec!["mail.send".to_string()])
+            Some(vec!["mail:send".to_string(), "mail:read".to_string()])
         );
         let widget = &entry.widgets.as_ref().expect("widgets")[0];
         assert_eq!(widget.declared["suggest"], json!(true));
@@ -570,6 +588,14 @@ pub(crate) mod tests {
             (
                 with(base.clone(), "routes", json!("/app")),
                 "routes must be",
+            ),
+            (
+                with(base.clone(), "platformPermissions", json!(["mail.send"])),
+                "platformPermissions must be",
+            ),
+            (
+                with(base.clone(), "platformPermissions", json!("mail:send")),
+                "platformPermissions must be",
             ),
             (
                 with(base.clone(), "startedAt", json!("yesterday")),

@@ -143,6 +143,24 @@ pub const SETTINGS: &[SettingDef] = &[
         DefaultValue::Number(60.0),
         "Requests per second per client address on rate-limited routes",
     ),
+    def(
+        "outgoing_mail.content_retention_days",
+        SettingKind::Number {
+            min: 1.0,
+            max: 36500.0,
+        },
+        DefaultValue::Number(90.0),
+        "Days an outgoing message keeps its text, HTML and headers",
+    ),
+    def(
+        "outgoing_mail.record_retention_days",
+        SettingKind::Number {
+            min: 1.0,
+            max: 36500.0,
+        },
+        DefaultValue::Number(365.0),
+        "Days an outgoing message's record is kept",
+    ),
 ];
 
 /// The definition of `key`, if the bundle knows it.

@@ -22,7 +22,7 @@ use super::declaration::WidgetDeclaration;
 use super::size::{WidgetSize, fit_size};
 use super::{INTERNAL_WIDGET_PATH, SIZE_PARAM, WidgetsError, widget_operation};
 use crate::Core;
-use crate::auth::resolve::{
+use crate::access::{
     OAUTH_READ_SCOPE_REQUIRED, WORKLOAD_FORBIDDEN, authenticate, bearer_token, has_read_scope,
     reader,
 };

@@ -73,7 +73,8 @@ impl Stack {
         }
     }
 
-    /// The stack with its queues on a local SQS API: `WakeupQueue`, `LiveQueue` (FIFO).
+    /// The stack with its queues on a local SQS API (`WakeupQueue`, `LiveQueue` (FIFO)) and the
+    /// mail bucket on its S3 API (`MailBucket`).
     pub async fn with_queues() -> Stack {
         let mut stack = Stack::new().await;
         let moto = Moto::start();
@@ -83,11 +84,20 @@ impl Stack {
         let live = create_queue(&client, &format!("live-{suffix}.fifo"), true).await;
         stack.values.insert("WakeupQueue", wakeup);
         stack.values.insert("LiveQueue", live);
+        let bucket = format!("mail-{suffix}");
+        k2b_core::mail::objects::s3_test_client(&moto.endpoint)
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("bucket {bucket}: {e:?}"));
+        stack.values.insert("MailBucket", bucket);
         stack.aws = vec![
             ("AWS_ACCESS_KEY_ID".into(), "test".into()),
             ("AWS_SECRET_ACCESS_KEY".into(), "test".into()),
             ("AWS_SESSION_TOKEN".into(), "test".into()),
             ("AWS_ENDPOINT_URL_SQS".into(), moto.endpoint.clone()),
+            ("AWS_ENDPOINT_URL_S3".into(), moto.endpoint.clone()),
             // The region the queues were created in.
             ("AWS_REGION".into(), "us-east-1".into()),
             ("AWS_DEFAULT_REGION".into(), "us-east-1".into()),

@@ -7,6 +7,7 @@ mod bodies;
 mod deadlines;
 mod events;
 mod help_api;
+mod mail_api;
 mod routes;
 mod startup;
 mod stream;
@@ -26,6 +27,7 @@ pub fn needs_of(binary: &str) -> Needs {
         "approvals" => approvals::FUNCTION.needs,
         "widgets" => widgets::FUNCTION.needs,
         "help" => help::FUNCTION.needs,
+        "mail" => mail::FUNCTION.needs,
         "outbox" => outbox::FUNCTION.needs,
         "keys" => keys::FUNCTION.needs,
         "maintenance" => maintenance::FUNCTION.needs,
@@ -43,6 +45,7 @@ pub fn routes_of(binary: &str, core: &Core) -> Option<Vec<Route>> {
         "approvals" => approvals::routes(core).table().to_vec(),
         "widgets" => widgets::routes(core).table().to_vec(),
         "help" => help::routes(core).table().to_vec(),
+        "mail" => mail::routes(core).table().to_vec(),
         "outbox" | "keys" | "maintenance" => return None,
         other => panic!("a function of the template without a crate here: {other}"),
     };

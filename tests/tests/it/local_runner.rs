@@ -392,3 +392,97 @@ async fn the_demo_apps_help_answers_right_after_start() {
     assert_eq!(anonymous.status(), 401);
     runner.stop();
 }
+
+/// The README's mail walk-through: the demo app sends with its credential, and `reports` reads
+/// the demo app's log through its grant, without the text; attachments land in the data folder.
+#[tokio::test]
+async fn the_demo_app_sends_mail_and_reports_reads_its_log() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let data = tempfile::tempdir().expect("data dir");
+    let data_dir = data.path().to_string_lossy().to_string();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+        ("K2B_DATA_DIR", data_dir.as_str()),
+    ];
+    let runner = LocalRunner::start(&env);
+    let credential = |app: &str| {
+        let issued = run_local(&env, &["app", "credential", "issue", app], None);
+        assert!(issued.status.success(), "{issued:?}");
+        String::from_utf8_lossy(&issued.stdout).trim().to_string()
+    };
+    let demo = credential("demo");
+    let reports = credential("reports");
+    let client = reqwest::Client::new();
+    let sent: Value = client
+        .post(format!("{}/api/mail/v1/send", runner.base_url))
+        .bearer_auth(&demo)
+        .header("prefer", "wait=0")
+        .json(&serde_json::json!({
+            "to": ["ann@example.org"], "subject": "Hello", "text": "Sent from the demo app.",
+            "attachments": [{"filename": "a.txt", "contentType": "text/plain", "content": "aGk="}]
+        }))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(sent["status"], "queued", "{sent}");
+    assert_eq!(sent["profile"], "local");
+    assert_eq!(sent["attachments"][0]["size"], 2);
+    let files: Vec<_> = walk(&data.path().join("mail"));
+    assert_eq!(files.len(), 1, "{files:?}");
+
+    let own: Value = client
+        .get(format!("{}/api/mail/v1/messages?q=hello", runner.base_url))
+        .bearer_auth(&demo)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(own["total"], 1);
+    assert_eq!(own["items"][0]["text"], "Sent from the demo app.");
+    let granted: Value = client
+        .get(format!(
+            "{}/api/mail/v1/messages?apps=demo",
+            runner.base_url
+        ))
+        .bearer_auth(&reports)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(granted["total"], 1, "{granted}");
+    assert_eq!(granted["items"][0]["subject"], "Hello");
+    assert!(granted["items"][0].get("text").is_none());
+    // `reports` declares only `mail:read`: it may not send.
+    let refused = client
+        .post(format!("{}/api/mail/v1/send", runner.base_url))
+        .bearer_auth(&reports)
+        .json(&serde_json::json!({"to": ["a@example.org"], "subject": "x", "text": "y"}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(refused.status(), 403);
+    runner.stop();
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}

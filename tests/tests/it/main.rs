@@ -6,6 +6,7 @@ mod identity;
 mod keys_function;
 mod lambda;
 mod local_runner;
+mod mail;
 mod maintenance;
 mod outbox;
 mod pwa;

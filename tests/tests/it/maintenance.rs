@@ -73,3 +73,27 @@ async fn a_run_deletes_one_help_corpus_not_renewed_for_six_minutes() {
         .expect("count");
     assert_eq!(documents, 1, "documents go with their corpus");
 }
+
+#[tokio::test]
+async fn expired_mail_attachment_records_stop_counting_against_the_total() {
+    let db = TestDb::new().await;
+    let core = k2b_tests::core_for(&db);
+    sqlx::query(
+        "INSERT INTO outgoing_mail.attachment_objects (object_key, app_id, bytes, expires_at)
+         SELECT 'att/inventory/' || n, 'inventory', 1000,
+                now() + CASE WHEN n <= 3 THEN interval '-1 minute' ELSE interval '1 hour' END
+         FROM generate_series(1, 5) AS n",
+    )
+    .execute(&db.pool)
+    .await
+    .expect("objects");
+    let report = maintenance::run(&core).await.expect("run");
+    assert_eq!(report.mail_objects_forgotten, 3);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outgoing_mail.attachment_objects")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count");
+    assert_eq!(left, 2, "live objects keep counting");
+    let again = maintenance::run(&core).await.expect("run");
+    assert_eq!(again.mail_objects_forgotten, 0);
+}

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 
 use http::{HeaderMap, Method, StatusCode};
 use k2b_core::Core;
-use k2b_core::auth::{Actor, UserRecord, authenticate};
+use k2b_core::access::authenticate;
+use k2b_core::auth::{Actor, UserRecord};
 use k2b_core::identity::IssueOptions;
 use k2b_core::identity::session::SessionRequest;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};

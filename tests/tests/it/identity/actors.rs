@@ -3,7 +3,8 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use k2b_core::Core;
-use k2b_core::auth::{Actor, Role, SessionKind, authenticate};
+use k2b_core::access::authenticate;
+use k2b_core::auth::{Actor, Role, SessionKind};
 use k2b_core::identity::IssueOptions;
 use k2b_core::identity::invocation::{
     InvocationAuthority, InvocationRequest, build_claims, resolve_invocation_actor,
@@ -293,7 +294,7 @@ async fn scenario_40_invocation_actor_resolution() {
 async fn the_current_actor_extractor_resolves_through_a_router() {
     use axum::Json;
     use axum::routing::get;
-    use k2b_core::auth::CurrentActor;
+    use k2b_core::access::CurrentActor;
     let db = TestDb::new().await;
     let core = core_for(&db);
     let ada = create_user(&core, "ada", false).await;

@@ -329,7 +329,6 @@ fn lazy_pool() -> sqlx::PgPool {
 
 fn test_keks() -> k2b_core::identity::KekSet {
     k2b_core::identity::KekSet::parse(
-        "core",
         Some(&k2b_core::config::Secret::new(
             "0101010101010101010101010101010101010101010101010101010101010101",
         )),

@@ -20,7 +20,6 @@ const KEK_B: &str = "02020202020202020202020202020202020202020202020202020202020
 
 fn keks(current: &str, previous: Option<&str>, next: Option<&str>) -> KekSet {
     KekSet::parse(
-        "core",
         Some(&Secret::new(current)),
         previous.map(Secret::new).as_ref(),
         next.map(Secret::new).as_ref(),

@@ -111,7 +111,8 @@ async fn routers_and_template_agree_both_ways() {
 /// is base64-encoded exactly when it is not text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_template_route_answers_a_rest_event_of_its_stage() {
-    let stack = Stack::new().await;
+    // With the queues and the bucket: `mail` holds both in production mode.
+    let stack = Stack::with_queues().await;
     assert_eq!(stack.deployment.stage, "live");
     let (_, cookie) = stack.admin().await;
     crate::pwa::register_shell(&stack.core).await;

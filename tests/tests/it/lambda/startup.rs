@@ -35,6 +35,9 @@ fn each_function_holds_only_what_it_needs() {
         if needs.live_updates {
             expected.insert("K2B_LIVE_QUEUE_URL");
         }
+        if needs.mail_objects {
+            expected.insert("K2B_MAIL_BUCKET");
+        }
         if held != expected {
             problems.push(format!(
                 "{}: holds {held:?}, needs {expected:?}",
@@ -47,6 +50,14 @@ fn each_function_holds_only_what_it_needs() {
         }
         if needs.live_updates {
             allowed.insert("sqs:SendMessage* LiveQueue");
+        }
+        if needs.mail_objects {
+            allowed.extend([
+                "s3:DeleteObject MailBucket",
+                "s3:GetObject MailBucket",
+                "s3:ListBucket MailBucket",
+                "s3:PutObject MailBucket",
+            ]);
         }
         let granted: BTreeSet<&str> = function.allowed.iter().map(String::as_str).collect();
         if granted != allowed {
@@ -72,6 +83,7 @@ async fn a_function_missing_its_variable_refuses_to_start_naming_it() {
         ("outbox", "K2B_WAKEUP_QUEUE_URL"),
         ("widgets", "CLOUD_IDENTITY_KEY_ENCRYPTION_KEY"),
         ("icons", "APP_SECRET"),
+        ("mail", "K2B_MAIL_BUCKET"),
     ] {
         let environment: Vec<(String, String)> = stack
             .environment(binary)

@@ -2,8 +2,9 @@
 //! 18, 21 and 22 of spec/approvals.md §6.
 
 use http::{HeaderMap, Method};
+use k2b_core::access::authenticate;
 use k2b_core::approvals::{EligibilityError, require_recent_web_session};
-use k2b_core::auth::{Actor, Role, SessionKind, authenticate};
+use k2b_core::auth::{Actor, Role, SessionKind};
 use k2b_core::identity::invocation::{
     InvocationAuthority, InvocationRequest, InvocationSessionKind, build_claims,
     resolve_invocation_actor,

@@ -5,11 +5,11 @@ use axum::extract::{FromRef, FromRequestParts};
 use http::request::Parts;
 use http::{HeaderMap, header};
 
-use super::{
+use crate::Core;
+use crate::auth::{
     Actor, AuthError, AuthUser, CredentialKind, ServiceAccountActor, ServiceAccountKind,
     SessionKind, UserActor, find_user, roles_of,
 };
-use crate::Core;
 use crate::http::ApiError;
 use crate::http::cookies::get_cookie;
 use crate::identity::session::{APP_SESSION_COOKIE, SESSION_COOKIE, validate_session};
@@ -106,6 +106,26 @@ pub async fn app_credential(
     app_id: &str,
     scope: &str,
 ) -> Result<workload::WorkloadIdentity, ApiError> {
+    credential_for(pool, headers, Some(app_id), scope).await
+}
+
+/// Authenticates a request of whichever app the credential belongs to (`Authorization: Bearer
+/// cld_…` of an app's resource-bound service account with `scope`): the app is the
+/// credential's, never anything the request says.
+pub async fn calling_app(
+    pool: &sqlx::PgPool,
+    headers: &HeaderMap,
+    scope: &str,
+) -> Result<workload::WorkloadIdentity, ApiError> {
+    credential_for(pool, headers, None, scope).await
+}
+
+async fn credential_for(
+    pool: &sqlx::PgPool,
+    headers: &HeaderMap,
+    app_id: Option<&str>,
+    scope: &str,
+) -> Result<workload::WorkloadIdentity, ApiError> {
     let unavailable = |_| ApiError::unavailable("Credentials cannot be checked right now.");
     let Some(token) = bearer_token(headers).filter(|t| t.starts_with("cld_")) else {
         return Err(app_credential_required());
@@ -119,7 +139,11 @@ pub async fn app_credential(
     let Some(record) = record.filter(workload::is_usable_workload) else {
         return Err(app_credential_required());
     };
-    let identity = workload::check_workload(&record, app_id, scope).ok_or_else(|| {
+    let app_id = match app_id {
+        Some(app_id) => app_id.to_string(),
+        None => record.app_id.clone().unwrap_or_default(),
+    };
+    let identity = workload::check_workload(&record, &app_id, scope).ok_or_else(|| {
         tracing::warn!(
             app_id = %app_id.chars().take(80).collect::<String>(),
             credential_app = record.app_id.as_deref().unwrap_or(""),

@@ -19,7 +19,6 @@ use hkdf::Hkdf;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use super::constants::CORE_APP_ID;
 use crate::secret::Secret;
 
 pub const CURRENT_VARIABLE: &str = "CLOUD_IDENTITY_KEY_ENCRYPTION_KEY";
@@ -33,8 +32,6 @@ const TAG_BYTES: usize = 16;
 /// Why a KEK configuration was refused (messages as operators see them).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KekError {
-    #[error("Cloud identity keys may only be loaded by the Core application")]
-    NotCore,
     #[error("{0} must be exactly 32 high-entropy bytes encoded as 64 hexadecimal characters")]
     Malformed(&'static str),
     #[error("Cloud identity key encryption keys must be distinct")]
@@ -126,16 +123,13 @@ pub struct KekSet {
 }
 
 impl KekSet {
-    /// Parses the three variables (blank counts as unset) for the application `app_id`.
+    /// Parses the three variables (blank counts as unset). Only Core holds them: the
+    /// configuration refuses any other `APP_ID` before it reads them.
     pub fn parse(
-        app_id: &str,
         current: Option<&Secret>,
         previous: Option<&Secret>,
         next: Option<&Secret>,
     ) -> Result<KekSet, KekError> {
-        if app_id.trim() != CORE_APP_ID {
-            return Err(KekError::NotCore);
-        }
         let present = |s: Option<&Secret>| {
             s.map(|s| s.expose().trim().to_string())
                 .filter(|s| !s.is_empty())
@@ -188,51 +182,41 @@ mod tests {
     const B: &str = "0202020202020202020202020202020202020202020202020202020202020202";
     const C: &str = "0303030303030303030303030303030303030303030303030303030303030303";
 
-    /// Scenario 17: the KEK configuration rules and their messages.
+    /// Scenario 17: the KEK configuration rules and their messages (that only Core loads them
+    /// is the configuration's `APP_ID` rule).
     #[test]
     fn scenario_17_kek_configuration() {
-        assert_eq!(
-            KekSet::parse("mail", Some(&secret(A)), None, None).expect_err("not core"),
-            KekError::NotCore
-        );
-        let short = KekSet::parse("core", Some(&secret("short")), None, None).expect_err("short");
+        let short = KekSet::parse(Some(&secret("short")), None, None).expect_err("short");
         assert!(short.to_string().contains("64 hexadecimal"));
         assert!(short.to_string().starts_with(CURRENT_VARIABLE));
         assert_eq!(
-            KekSet::parse("core", Some(&secret(A)), Some(&secret(A)), None).expect_err("same"),
+            KekSet::parse(Some(&secret(A)), Some(&secret(A)), None).expect_err("same"),
             KekError::NotDistinct
         );
         // Case does not make a key distinct.
         assert_eq!(
-            KekSet::parse(
-                "core",
-                Some(&secret(A)),
-                None,
-                Some(&secret(&A.to_uppercase()))
-            )
-            .expect_err("same"),
+            KekSet::parse(Some(&secret(A)), None, Some(&secret(&A.to_uppercase())))
+                .expect_err("same"),
             KekError::NotDistinct
         );
-        let parsed = KekSet::parse("core", Some(&secret(A)), Some(&secret(B)), None).expect("ok");
+        let parsed = KekSet::parse(Some(&secret(A)), Some(&secret(B)), None).expect("ok");
         assert_ne!(
             parsed.current.id,
             parsed.previous.as_ref().expect("previous").id
         );
         assert_eq!(parsed.current.id.len(), 16);
-        assert!(KekSet::parse(" core ", Some(&secret(A)), None, Some(&secret(B))).is_ok());
+        assert!(KekSet::parse(Some(&secret(A)), None, Some(&secret(B))).is_ok());
         assert_eq!(
-            KekSet::parse("core", Some(&secret(A)), Some(&secret(B)), Some(&secret(C)))
-                .expect_err("both"),
+            KekSet::parse(Some(&secret(A)), Some(&secret(B)), Some(&secret(C))).expect_err("both"),
             KekError::PreviousAndNext
         );
         // Blank optional keys are unset; a missing current key is refused.
-        assert!(KekSet::parse("core", Some(&secret(A)), Some(&secret("  ")), None).is_ok());
+        assert!(KekSet::parse(Some(&secret(A)), Some(&secret("  ")), None).is_ok());
         assert_eq!(
-            KekSet::parse("core", None, None, None).expect_err("missing"),
+            KekSet::parse(None, None, None).expect_err("missing"),
             KekError::Malformed(CURRENT_VARIABLE)
         );
-        let bad_next =
-            KekSet::parse("core", Some(&secret(A)), None, Some(&secret("zz"))).expect_err("bad");
+        let bad_next = KekSet::parse(Some(&secret(A)), None, Some(&secret("zz"))).expect_err("bad");
         assert_eq!(bad_next, KekError::Malformed(NEXT_VARIABLE));
     }
 
