@@ -2,11 +2,12 @@
 //! administrators only (never app sessions or credentials); changes made with the session
 //! cookie must come from the installation's own origin.
 
+use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use k2b_core::Core;
 use k2b_core::access::CurrentActor;
 use k2b_core::auth::{Actor, Role};
@@ -20,7 +21,7 @@ use k2b_core::mail::log::{self, LogQuery};
 use k2b_core::mail::policy::ProfileRow;
 use k2b_core::mail::profiles::{self, AdminActor, ProfileInput};
 use k2b_core::mail::validate::{self, MailStatus, PageParams};
-use k2b_core::mail::{MailCode, MailError};
+use k2b_core::mail::{MailCode, MailError, MailFault};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -86,59 +87,70 @@ fn admin_error(error: MailError) -> Response {
 }
 
 /// The administrator behind the request: 401 anonymous, 403 anyone but an administrator's own
-/// web session; a cookie-authenticated change must carry the installation's `Origin`.
-async fn administrator(
-    core: &Core,
-    actor: &Actor,
-    method: &Method,
-    headers: &HeaderMap,
-    request: &RequestId,
-) -> Result<AdminActor, Response> {
-    if !actor.is_authenticated() {
-        return Err(ApiError::unauthorized().into_response());
+/// web session; a cookie-authenticated change must carry the installation's `Origin`. Handlers
+/// take it first, so nothing else of a request is read before it passes.
+struct Administrator(AdminActor);
+
+impl FromRequestParts<Core> for Administrator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, core: &Core) -> Result<Self, Response> {
+        let CurrentActor(actor) = CurrentActor::from_request_parts(parts, core)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if !actor.is_authenticated() {
+            return Err(ApiError::unauthorized().into_response());
+        }
+        let admin = match &actor {
+            Actor::User(user) if !actor.is_app_session() && user.user.has_role(Role::Admin) => {
+                &user.user
+            }
+            _ => {
+                return Err(
+                    ApiError::forbidden("Only administrators may manage outgoing mail.")
+                        .into_response(),
+                );
+            }
+        };
+        if !matches!(parts.method, Method::GET | Method::HEAD) {
+            let expected = core.settings.public_origin().await.map_err(|error| {
+                tracing::warn!(error = %error, "installation origin unavailable");
+                ApiError::unavailable("The installation's origin cannot be read.").into_response()
+            })?;
+            if !origin_matches(&parts.headers, &expected) {
+                return Err(ApiError::forbidden(
+                    "Changes must come from the installation's own pages.",
+                )
+                .into_response());
+            }
+        }
+        Ok(Administrator(AdminActor {
+            user_id: admin.id,
+            uid: admin.uid.clone(),
+            request_id: parts.extensions.get::<RequestId>().map(|r| r.value.clone()),
+        }))
     }
-    let admin = match actor {
-        Actor::User(user) if !actor.is_app_session() && user.user.has_role(Role::Admin) => {
-            &user.user
-        }
-        _ => {
-            return Err(
-                ApiError::forbidden("Only administrators may manage outgoing mail.")
-                    .into_response(),
-            );
-        }
-    };
-    if !matches!(*method, Method::GET | Method::HEAD) {
-        let expected = core.settings.public_origin().await.map_err(|error| {
-            tracing::warn!(error = %error, "installation origin unavailable");
-            ApiError::unavailable("The installation's origin cannot be read.").into_response()
-        })?;
-        if !origin_matches(headers, &expected) {
-            return Err(ApiError::forbidden(
-                "Changes must come from the installation's own pages.",
-            )
-            .into_response());
-        }
-    }
-    Ok(AdminActor {
-        user_id: admin.id,
-        uid: admin.uid.clone(),
-        request_id: Some(request.value.clone()),
-    })
 }
 
-/// Runs an admin operation after the checks and answers its result.
-macro_rules! admin_call {
-    ($core:expr, $actor:expr, $method:expr, $headers:expr, $request:expr, |$admin:ident| $body:expr) => {{
-        let $admin = match administrator(&$core, &$actor, &$method, &$headers, &$request).await {
-            Ok(admin) => admin,
-            Err(response) => return response,
-        };
-        match $body.await {
-            Ok(response) => response,
-            Err(error) => admin_error(error),
-        }
-    }};
+/// An admin operation's error, answered by [`admin_error`].
+struct AdminError(MailError);
+
+impl From<MailError> for AdminError {
+    fn from(error: MailError) -> AdminError {
+        AdminError(error)
+    }
+}
+
+impl From<MailFault> for AdminError {
+    fn from(fault: MailFault) -> AdminError {
+        AdminError(MailError::Fault(fault))
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        admin_error(self.0)
+    }
 }
 
 fn bad(message: impl Into<String>) -> MailError {
@@ -175,30 +187,21 @@ fn unknown_message() -> MailError {
 
 async fn get_retention(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |_admin| async {
-        Ok::<_, MailError>(Json(store::retention(&core.settings).await?.to_json()).into_response())
-    })
+    _admin: Administrator,
+) -> Result<Response, AdminError> {
+    Ok(Json(store::retention(&core.settings).await?.to_json()).into_response())
 }
 
 async fn put_retention(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
+    Administrator(admin): Administrator,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let value = body_json(&headers, body, MailCode::BadInput).await?;
-        let retention = Retention::parse(&value)?;
-        let stored = store::set_retention(&core.pool, &core.settings, retention, &admin).await?;
-        Ok::<_, MailError>(Json(stored.to_json()).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let value = body_json(&headers, body, MailCode::BadInput).await?;
+    let retention = Retention::parse(&value)?;
+    let stored = store::set_retention(&core.pool, &core.settings, retention, &admin).await?;
+    Ok(Json(stored.to_json()).into_response())
 }
 
 /// `app, profile, status` (comma or repeated), `since, ref=scope[:id], recipient, cursor,
@@ -277,103 +280,71 @@ fn admin_query(query: Option<&str>) -> Result<(LogQuery, PageParams), MailError>
 
 async fn list_messages(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    _admin: Administrator,
     RawQuery(query): RawQuery,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |_admin| async {
-        let (query, page) = admin_query(query.as_deref())?;
-        let found = log::run(&core.pool, &query, &page).await?;
-        Ok::<_, MailError>(Json(found.to_json(|row| row.for_admin())).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let (query, page) = admin_query(query.as_deref())?;
+    let found = log::run(&core.pool, &query, &page).await?;
+    Ok(Json(found.to_json(|row| row.for_admin())).into_response())
 }
 
 async fn get_message(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    _admin: Administrator,
     Path(id): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |_admin| async {
-        let id = message_id(&id)?;
-        let row = log::message(&core.pool, id)
-            .await?
-            .ok_or_else(unknown_message)?;
-        Ok::<_, MailError>(Json(row.for_admin()).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let id = message_id(&id)?;
+    let row = log::message(&core.pool, id)
+        .await?
+        .ok_or_else(unknown_message)?;
+    Ok(Json(row.for_admin()).into_response())
 }
 
 async fn get_content(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    Administrator(admin): Administrator,
     Path(id): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let id = message_id(&id)?;
-        Ok::<_, MailError>(Json(store::content(&core.pool, id, &admin).await?).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let id = message_id(&id)?;
+    Ok(Json(store::content(&core.pool, id, &admin).await?).into_response())
 }
 
 async fn cancel_message(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    Administrator(admin): Administrator,
     Path(id): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let id = message_id(&id)?;
-        let objects = core.mail_objects.store().await;
-        store::cancel_message(&core.pool, objects, id, &admin).await?;
-        let row = log::message(&core.pool, id)
-            .await?
-            .ok_or_else(unknown_message)?;
-        Ok::<_, MailError>(Json(row.for_admin()).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let id = message_id(&id)?;
+    let objects = core.mail_objects.store().await;
+    store::cancel_message(&core.pool, objects, id, &admin).await?;
+    let row = log::message(&core.pool, id)
+        .await?
+        .ok_or_else(unknown_message)?;
+    Ok(Json(row.for_admin()).into_response())
 }
 
 async fn cancel_batch(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    Administrator(admin): Administrator,
     Path(batch_id): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let batch_id: Uuid = batch_id.parse().map_err(|_| bad("batchId: a UUID"))?;
-        let objects = core.mail_objects.store().await;
-        let cancelled = store::cancel_batch(&core.pool, objects, batch_id, &admin).await?;
-        Ok::<_, MailError>(
-            Json(json!({"batchId": batch_id, "cancelled": cancelled})).into_response(),
-        )
-    })
+) -> Result<Response, AdminError> {
+    let batch_id: Uuid = batch_id.parse().map_err(|_| bad("batchId: a UUID"))?;
+    let objects = core.mail_objects.store().await;
+    let cancelled = store::cancel_batch(&core.pool, objects, batch_id, &admin).await?;
+    Ok(Json(json!({"batchId": batch_id, "cancelled": cancelled})).into_response())
 }
 
 async fn list_profiles(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |_admin| async {
-        let counts = profiles::app_counts(&core.pool).await?;
-        let items: Vec<Value> = profiles::list(&core.pool)
-            .await?
-            .iter()
-            .map(|p| profiles::admin_json(p, counts.get(&p.id).copied().unwrap_or(0)))
-            .collect();
-        Ok::<_, MailError>(Json(json!({ "items": items })).into_response())
-    })
+    _admin: Administrator,
+) -> Result<Response, AdminError> {
+    let counts = profiles::app_counts(&core.pool).await?;
+    let items: Vec<Value> = profiles::list(&core.pool)
+        .await?
+        .iter()
+        .map(|p| profiles::admin_json(p, counts.get(&p.id).copied().unwrap_or(0)))
+        .collect();
+    Ok(Json(json!({ "items": items })).into_response())
 }
 
 /// One profile as administrators read it.
@@ -391,123 +362,90 @@ fn unknown_profile() -> MailError {
 
 async fn get_profile(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    _admin: Administrator,
     Path(key): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |_admin| async {
-        let profile = profiles::get(&core.pool, profile_key(&key)?)
-            .await?
-            .ok_or_else(unknown_profile)?;
-        Ok::<_, MailError>(Json(profile_json(&core, &profile).await?).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let profile = profiles::get(&core.pool, profile_key(&key)?)
+        .await?
+        .ok_or_else(unknown_profile)?;
+    Ok(Json(profile_json(&core, &profile).await?).into_response())
 }
 
 async fn put_profile(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
+    Administrator(admin): Administrator,
     headers: HeaderMap,
     Path(key): Path<String>,
     body: Body,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let value = body_json(&headers, body, MailCode::InvalidProfile).await?;
-        let input = ProfileInput::parse(&value)?;
-        let (profile, created) =
-            profiles::put(&core.pool, &core.settings, &key, input, &admin).await?;
-        let status = if created {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        };
-        Ok::<_, MailError>((status, Json(profile_json(&core, &profile).await?)).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let value = body_json(&headers, body, MailCode::InvalidProfile).await?;
+    let input = ProfileInput::parse(&value)?;
+    let (profile, created) = profiles::put(&core.pool, &core.settings, &key, input, &admin).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(profile_json(&core, &profile).await?)).into_response())
 }
 
 async fn delete_profile(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    Administrator(admin): Administrator,
     Path(key): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        profiles::delete(&core.pool, profile_key(&key)?, &admin).await?;
-        Ok::<_, MailError>(StatusCode::NO_CONTENT.into_response())
-    })
+) -> Result<Response, AdminError> {
+    profiles::delete(&core.pool, profile_key(&key)?, &admin).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn make_default(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
+    Administrator(admin): Administrator,
     Path(key): Path<String>,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let profile = profiles::make_default(&core.pool, profile_key(&key)?, &admin).await?;
-        Ok::<_, MailError>(Json(profile_json(&core, &profile).await?).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let profile = profiles::make_default(&core.pool, profile_key(&key)?, &admin).await?;
+    Ok(Json(profile_json(&core, &profile).await?).into_response())
 }
 
 async fn list_apps(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |_admin| async {
-        Ok::<_, MailError>(Json(store::admin_apps(&core.pool).await?).into_response())
-    })
+    _admin: Administrator,
+) -> Result<Response, AdminError> {
+    Ok(Json(store::admin_apps(&core.pool).await?).into_response())
 }
 
 async fn put_access(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
+    Administrator(admin): Administrator,
     headers: HeaderMap,
     Path(app_id): Path<String>,
     body: Body,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let value = body_json(&headers, body, MailCode::InvalidProfile).await?;
-        let input = AccessInput::parse(&value)?;
-        match store::set_access(&core.pool, &app_id, input, &admin).await {
-            Ok(app) => Ok::<_, MailError>(Json(app).into_response()),
-            // The body names the unknown profile, not the path: the domain's own 400, not 404.
-            Err(error) if error.to_fault().code == MailCode::ProfileUnknown => {
-                let mut response = admin_error(error);
-                *response.status_mut() = StatusCode::BAD_REQUEST;
-                Ok(response)
-            }
-            Err(error) => Err(error),
+) -> Result<Response, AdminError> {
+    let value = body_json(&headers, body, MailCode::InvalidProfile).await?;
+    let input = AccessInput::parse(&value)?;
+    match store::set_access(&core.pool, &app_id, input, &admin).await {
+        Ok(app) => Ok(Json(app).into_response()),
+        // The body names the unknown profile, not the path: the domain's own 400, not 404.
+        Err(error) if error.to_fault().code == MailCode::ProfileUnknown => {
+            let mut response = admin_error(error);
+            *response.status_mut() = StatusCode::BAD_REQUEST;
+            Ok(response)
         }
-    })
+        Err(error) => Err(error.into()),
+    }
 }
 
 async fn put_log_access(
     State(core): State<Core>,
-    CurrentActor(actor): CurrentActor,
-    Extension(request): Extension<RequestId>,
-    method: Method,
+    Administrator(admin): Administrator,
     headers: HeaderMap,
     Path(app_id): Path<String>,
     body: Body,
-) -> Response {
-    admin_call!(core, actor, method, headers, request, |admin| async {
-        let value = body_json(&headers, body, MailCode::BadInput).await?;
-        let apps = store::parse_log_access(&app_id, &value)?;
-        let app = store::set_log_access(&core.pool, &app_id, apps, &admin).await?;
-        Ok::<_, MailError>(Json(app).into_response())
-    })
+) -> Result<Response, AdminError> {
+    let value = body_json(&headers, body, MailCode::BadInput).await?;
+    let apps = store::parse_log_access(&app_id, &value)?;
+    let app = store::set_log_access(&core.pool, &app_id, apps, &admin).await?;
+    Ok(Json(app).into_response())
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -47,14 +48,43 @@ pub(crate) fn routes() -> Routes<Core> {
         .put("/api/mail/v1/uploads/{id}", upload)
 }
 
-/// The app behind the request and what its registry entry declares.
-async fn caller(core: &Core, headers: &HeaderMap) -> Result<Caller, Response> {
-    let identity = calling_app(&core.pool, headers, MAIL_SCOPE)
-        .await
-        .map_err(IntoResponse::into_response)?;
-    Caller::of_app(&core.pool, &identity.app_id)
-        .await
-        .map_err(app_error)
+/// The app behind the request and what its registry entry declares: the credential's app,
+/// never anything the request says. Handlers take it first.
+struct CallingApp(Caller);
+
+impl FromRequestParts<Core> for CallingApp {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, core: &Core) -> Result<Self, Response> {
+        let identity = calling_app(&core.pool, &parts.headers, MAIL_SCOPE)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Caller::of_app(&core.pool, &identity.app_id)
+            .await
+            .map(CallingApp)
+            .map_err(app_error)
+    }
+}
+
+/// An app API error, answered by [`app_error`].
+struct AppError(MailError);
+
+impl From<MailError> for AppError {
+    fn from(error: MailError) -> AppError {
+        AppError(error)
+    }
+}
+
+impl From<MailFault> for AppError {
+    fn from(fault: MailFault) -> AppError {
+        AppError(MailError::Fault(fault))
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        app_error(self.0)
+    }
 }
 
 async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, MailError> {
@@ -125,26 +155,17 @@ fn preferred_wait(headers: &HeaderMap) -> Duration {
 
 async fn send(
     State(core): State<Core>,
+    CallingApp(caller): CallingApp,
     Extension(request): Extension<RequestId>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
+) -> Result<Response, AppError> {
     // The whole call, waiting included, ends by this time.
     let deadline = tokio::time::Instant::now() + preferred_wait(&headers);
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
     let objects = core.mail_objects.store().await;
     let ctx = context(&core, objects, &request);
-    let result = async {
-        let message = checked(&ctx, &caller, &headers, body, validate::parse_message).await?;
-        accept::send(&ctx, &caller, message).await
-    };
-    let sent = match result.await {
-        Ok(sent) => sent,
-        Err(error) => return app_error(error),
-    };
+    let message = checked(&ctx, &caller, &headers, body, validate::parse_message).await?;
+    let sent = accept::send(&ctx, &caller, message).await?;
     // A known key answers its message as it is; a new one waits for the outcome: delivery
     // settles the message, or it is retried later.
     let mut row = sent.row;
@@ -166,29 +187,21 @@ async fn send(
             }
         }
     }
-    Json(row.for_app(&caller.app_id)).into_response()
+    Ok(Json(row.for_app(&caller.app_id)).into_response())
 }
 
 async fn enqueue(
     State(core): State<Core>,
+    CallingApp(caller): CallingApp,
     Extension(request): Extension<RequestId>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
+) -> Result<Response, AppError> {
     let objects = core.mail_objects.store().await;
     let ctx = context(&core, objects, &request);
-    let result = async {
-        let messages = checked(&ctx, &caller, &headers, body, validate::parse_batch).await?;
-        accept::enqueue(&ctx, &caller, messages).await
-    };
-    match result.await {
-        Ok(enqueued) => (StatusCode::ACCEPTED, Json(enqueued)).into_response(),
-        Err(error) => app_error(error),
-    }
+    let messages = checked(&ctx, &caller, &headers, body, validate::parse_batch).await?;
+    let enqueued = accept::enqueue(&ctx, &caller, messages).await?;
+    Ok((StatusCode::ACCEPTED, Json(enqueued)).into_response())
 }
 
 /// The query string as the JSON filter and page of the contract: repeated or comma-separated
@@ -253,128 +266,101 @@ pub(crate) fn url_pairs(query: &str) -> Option<Vec<(String, String)>> {
     Some(pairs)
 }
 
-async fn list(State(core): State<Core>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
-    let result = async {
-        caller.require_send_or_read()?;
-        let (filter, page) = list_params(query.as_deref())?;
-        let filter = validate::parse_filter(&filter)?;
-        let page = validate::parse_page(&page)?;
-        log::list(&core.pool, &caller, filter, page).await
-    };
-    match result.await {
-        Ok(page) => Json(page.to_json(|row| row.for_app(&caller.app_id))).into_response(),
-        Err(error) => app_error(error),
-    }
+async fn list(
+    State(core): State<Core>,
+    CallingApp(caller): CallingApp,
+    RawQuery(query): RawQuery,
+) -> Result<Response, AppError> {
+    caller.require_send_or_read()?;
+    let (filter, page) = list_params(query.as_deref())?;
+    let filter = validate::parse_filter(&filter)?;
+    let page = validate::parse_page(&page)?;
+    let page = log::list(&core.pool, &caller, filter, page).await?;
+    Ok(Json(page.to_json(|row| row.for_app(&caller.app_id))).into_response())
 }
 
-async fn readable_apps(State(core): State<Core>, headers: HeaderMap) -> Response {
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
-    match log::readable_apps(&core.pool, &caller).await {
-        Ok(apps) => Json(json!({ "apps": apps })).into_response(),
-        Err(error) => app_error(error),
-    }
+async fn readable_apps(
+    State(core): State<Core>,
+    CallingApp(caller): CallingApp,
+) -> Result<Response, AppError> {
+    let apps = log::readable_apps(&core.pool, &caller).await?;
+    Ok(Json(json!({ "apps": apps })).into_response())
 }
 
-async fn profiles(State(core): State<Core>, headers: HeaderMap) -> Response {
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
-    let result = async {
-        caller.require_send()?;
-        policy::usable_profiles(&core.pool, &caller.app_id).await
-    };
-    match result.await {
-        Ok(items) => Json(json!({ "items": items })).into_response(),
-        Err(error) => app_error(error),
-    }
+async fn profiles(
+    State(core): State<Core>,
+    CallingApp(caller): CallingApp,
+) -> Result<Response, AppError> {
+    caller.require_send()?;
+    let items = policy::usable_profiles(&core.pool, &caller.app_id).await?;
+    Ok(Json(json!({ "items": items })).into_response())
 }
 
 /// `POST /uploads {size, contentType}`: room for one attachment the app uploads itself.
-async fn create_upload(State(core): State<Core>, headers: HeaderMap, body: Body) -> Response {
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
-    let result = async {
-        caller.require_send()?;
-        let value = json_body(&headers, body).await?;
-        let invalid = || {
-            MailError::fault(
-                MailCode::BadInput,
-                "Provide {size, contentType}: a size in bytes and a content type.",
-            )
-        };
-        let object = value.as_object().ok_or_else(invalid)?;
-        if object.keys().any(|k| k != "size" && k != "contentType") {
-            return Err(invalid());
-        }
-        let size = object
-            .get("size")
-            .and_then(Value::as_u64)
-            .ok_or_else(invalid)?;
-        let content_type = object
-            .get("contentType")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty() && t.len() <= 998 && !t.contains(['\r', '\n', '\0']))
-            .ok_or_else(invalid)?;
-        let objects = core.mail_objects.store().await;
-        attachments::create_upload(
-            &core.pool,
-            objects,
-            &caller.app_id,
-            size,
-            content_type,
-            |id| format!("/api/mail/v1/uploads/{id}"),
+async fn create_upload(
+    State(core): State<Core>,
+    CallingApp(caller): CallingApp,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, AppError> {
+    caller.require_send()?;
+    let value = json_body(&headers, body).await?;
+    let invalid = || {
+        MailError::fault(
+            MailCode::BadInput,
+            "Provide {size, contentType}: a size in bytes and a content type.",
         )
-        .await
     };
-    match result.await {
-        Ok(upload) => (StatusCode::CREATED, Json(upload)).into_response(),
-        Err(error) => app_error(error),
+    let object = value.as_object().ok_or_else(invalid)?;
+    if object.keys().any(|k| k != "size" && k != "contentType") {
+        return Err(invalid().into());
     }
+    let size = object
+        .get("size")
+        .and_then(Value::as_u64)
+        .ok_or_else(invalid)?;
+    let content_type = object
+        .get("contentType")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty() && t.len() <= 998 && !t.contains(['\r', '\n', '\0']))
+        .ok_or_else(invalid)?;
+    let objects = core.mail_objects.store().await;
+    let upload = attachments::create_upload(
+        &core.pool,
+        objects,
+        &caller.app_id,
+        size,
+        content_type,
+        |id| format!("/api/mail/v1/uploads/{id}"),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(upload)).into_response())
 }
 
 /// `PUT /uploads/{id}`: the body of an upload, for stores that take no presigned upload (the
 /// local folder). At most the reserved size is read.
 async fn upload(
     State(core): State<Core>,
+    CallingApp(caller): CallingApp,
     Path(id): Path<String>,
-    headers: HeaderMap,
     body: Body,
-) -> Response {
-    let caller = match caller(&core, &headers).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
+) -> Result<Response, AppError> {
+    caller.require_send()?;
+    let unknown = || {
+        MailError::fault(
+            MailCode::BadInput,
+            "Unknown upload: create one with POST /api/mail/v1/uploads first.",
+        )
     };
-    let result = async {
-        caller.require_send()?;
-        let unknown = || {
-            MailError::fault(
-                MailCode::BadInput,
-                "Unknown upload: create one with POST /api/mail/v1/uploads first.",
-            )
-        };
-        let id: Uuid = id.parse().map_err(|_| unknown())?;
-        let size = pending_upload(&core.pool, &caller.app_id, id)
-            .await?
-            .ok_or_else(unknown)?;
-        let objects = core.mail_objects.store().await;
-        let key = ObjectStore::key_for(&caller.app_id, id);
-        let stream = body.into_data_stream().map_err(|e| e.to_string());
-        objects.put_stream(&key, Box::pin(stream), size).await
-    };
-    match result.await {
-        Ok(stored) => Json(json!({"size": stored.size, "sha256": stored.sha256})).into_response(),
-        Err(error) => app_error(error),
-    }
+    let id: Uuid = id.parse().map_err(|_| unknown())?;
+    let size = pending_upload(&core.pool, &caller.app_id, id)
+        .await?
+        .ok_or_else(unknown)?;
+    let objects = core.mail_objects.store().await;
+    let key = ObjectStore::key_for(&caller.app_id, id);
+    let stream = body.into_data_stream().map_err(|e| e.to_string());
+    let stored = objects.put_stream(&key, Box::pin(stream), size).await?;
+    Ok(Json(json!({"size": stored.size, "sha256": stored.sha256})).into_response())
 }
 
 #[cfg(test)]

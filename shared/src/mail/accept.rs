@@ -508,23 +508,30 @@ async fn enqueue_checked(
             .key
             .as_ref()
             .is_some_and(|k| known_before.contains_key(k));
-        let budget = profiles
-            .get(&profile_slot(message))
-            .map(|p| p.max_attachment_bytes.max(0) as u64);
-        let (false, Some(budget)) = (is_known || message.attachments.is_empty(), budget) else {
+        if is_known || message.attachments.is_empty() {
             stored.push(None);
             continue;
+        }
+        // Every fresh message's profile was resolved above.
+        let stored_now = match profiles.get(&profile_slot(message)) {
+            Some(profile) => {
+                let budget = profile.max_attachment_bytes.max(0) as u64;
+                attachments::store_all(
+                    ctx.pool,
+                    ctx.objects,
+                    app,
+                    &message.attachments,
+                    budget,
+                    deadline,
+                )
+                .await
+            }
+            None => Err(MailError::fault(
+                MailCode::MailUnavailable,
+                super::UNAVAILABLE_MESSAGE,
+            )),
         };
-        match attachments::store_all(
-            ctx.pool,
-            ctx.objects,
-            app,
-            &message.attachments,
-            budget,
-            deadline,
-        )
-        .await
-        {
+        match stored_now {
             Ok(objects) => {
                 all_keys.extend(objects.keys.iter().cloned());
                 stored.push(Some(objects));

@@ -1077,6 +1077,10 @@ mod tests {
         let parsed =
             filter(json!({"q": " InVoIcE ", "recipient": " user@EXAMPLE.org "})).expect("valid");
         assert_eq!(parsed.q.as_deref(), Some("InVoIcE"));
+        // Trimming never hides a control character.
+        for q in ["\tinvoice", "invoice\n", "in\u{7f}voice"] {
+            assert!(filter(json!({ "q": q })).is_err(), "{q:?}");
+        }
         assert_eq!(parsed.recipient.as_deref(), Some("user@EXAMPLE.org"));
         assert!(filter(json!({"recipient": "not an address"})).is_err());
     }

@@ -24,6 +24,15 @@ async fn a_sent_message_is_queued_listed_and_woken() {
     assert_eq!(record["profile"], "alerts");
     assert_eq!(record["text"], "Body of Hello");
     let id = record["id"].as_str().expect("id").to_string();
+    // The Message-ID is fixed at acceptance: the id at the domain of the profile's address.
+    let header: String = sqlx::query_scalar(
+        "SELECT message_id_header FROM outgoing_mail.messages WHERE id = $1::uuid",
+    )
+    .bind(&id)
+    .fetch_one(&site.core.pool)
+    .await
+    .expect("message id header");
+    assert_eq!(header, format!("<{id}@example.org>"));
     let wake = site.wakeups.recv().await.expect("a wake-up");
     assert_eq!(
         wake.target,
@@ -215,7 +224,16 @@ async fn an_app_declaring_nothing_is_refused_everywhere_and_its_send_is_audited_
 #[tokio::test]
 async fn a_page_of_more_than_100_is_bad_input() {
     let site = MailSite::start().await;
-    let refused = site.list(SENDER, "perPage=101").await;
+    // Refused before the log is read: with the table locked, the answer still comes.
+    let mut lock = site.core.pool.begin().await.expect("lock");
+    sqlx::query("LOCK TABLE outgoing_mail.messages IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock table");
+    let refused = tokio::time::timeout(Duration::from_secs(20), site.list(SENDER, "perPage=101"))
+        .await
+        .expect("answered without reading the table");
+    lock.rollback().await.expect("unlock");
     let body = assert_error(&refused, StatusCode::BAD_REQUEST, "bad_input");
     assert_eq!(body["message"], "Invalid outgoing mail filter or page.");
     let (status, page) = site.list(SENDER, "perPage=100").await;
@@ -597,6 +615,11 @@ async fn ten_concurrent_sends_under_a_limit_of_five_accept_exactly_five() {
         assert_quota(answer, 5, 5, 1);
     }
     assert_eq!(used_last_24h(&site, SENDER).await, 5);
+    let (_, profiles) = site.app(SENDER, Method::GET, "/profiles", None).await;
+    assert_eq!(
+        profiles["items"][0]["quota"]["dailyRecipients"], 5,
+        "{profiles}"
+    );
     // Another app's quota on the same profile is its own.
     assert_eq!(used_last_24h(&site, SOURCE).await, 0);
 
@@ -759,4 +782,255 @@ async fn a_batch_of_1001_is_refused_and_a_batch_of_1000_is_accepted() {
     assert_eq!(site.message_count().await, 1000);
     let batch_id = uuid_of(&body["batchId"]);
     assert_eq!(batch_of(&site, batch_id).await.len(), 1000);
+}
+
+// The order of the checks, and what every refusal leaves.
+
+#[tokio::test]
+async fn the_permission_is_checked_before_the_body_and_every_refusal_is_audited() {
+    let site = MailSite::start().await;
+    // An app that declares nothing learns that first, whatever its body.
+    let answer = site.send(SILENT, json!({"to": []})).await;
+    assert_error(&answer, StatusCode::FORBIDDEN, "mail_not_declared");
+    let answer = site.enqueue(SILENT, json!("not a batch")).await;
+    assert_error(&answer, StatusCode::FORBIDDEN, "mail_not_declared");
+    // A sender's invalid message or batch is refused, and audited without its addresses.
+    let mut bcc = message("hidden.person@example.org", "Hi");
+    bcc["headers"] = json!({"Bcc": "another.hidden@example.org"});
+    let answer = site.send(SENDER, bcc).await;
+    assert_error(&answer, StatusCode::BAD_REQUEST, "bad_input");
+    let answer = site
+        .enqueue(
+            SENDER,
+            json!([
+                message("hidden.person@example.org", "One"),
+                {"to": ["x@example.org", "y@example.org"]}
+            ]),
+        )
+        .await;
+    assert_error(&answer, StatusCode::BAD_REQUEST, "bad_input");
+    // The contract takes a batch as an array, never a lone message.
+    let answer = site
+        .enqueue(SENDER, message("hidden.person@example.org", "Lone"))
+        .await;
+    assert_error(&answer, StatusCode::BAD_REQUEST, "bad_input");
+    let audits = site.audit_rows(SEND_ACTION).await;
+    let summary: Vec<(String, String, String, i64, i64)> = audits
+        .iter()
+        .map(|a| {
+            (
+                a["outcome"].as_str().unwrap_or_default().to_string(),
+                a["metadata"]["app"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                a["error_code"].as_str().unwrap_or_default().to_string(),
+                a["metadata"]["count"].as_i64().unwrap_or(-1),
+                a["metadata"]["recipientCount"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    let denied = |app: &str, code: &str, count: i64, recipients: i64| {
+        (
+            "denied".to_string(),
+            app.to_string(),
+            code.to_string(),
+            count,
+            recipients,
+        )
+    };
+    assert_eq!(
+        summary,
+        vec![
+            denied(SILENT, "mail_not_declared", 1, 0),
+            denied(SILENT, "mail_not_declared", 0, 0),
+            denied(SENDER, "bad_input", 1, 1),
+            denied(SENDER, "bad_input", 2, 3),
+            denied(SENDER, "bad_input", 1, 1),
+        ],
+        "{audits:?}"
+    );
+    let text = site.all_audit_text().await;
+    assert!(!text.contains("hidden.person") && !text.contains("another.hidden"));
+    assert_eq!(site.message_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_known_key_answers_its_message_at_once_and_is_audited_as_known() {
+    let site = MailSite::start().await;
+    let (status, first) = site
+        .send(SENDER, keyed("ann@example.org", "Once", "order-7"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    // Without `Prefer: wait=0` a new message would wait for delivery; a known one does not.
+    let asked = Instant::now();
+    let response = site
+        .client
+        .post(format!("{}/api/mail/v1/send", site.base))
+        .bearer_auth(&site.tokens[SENDER])
+        .json(&keyed("ann@example.org", "Once", "order-7"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::OK);
+    let again: Value = response.json().await.expect("json");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "a known key waited {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(again["id"], first["id"]);
+    assert_eq!(again["status"], "queued");
+    let audits = site.audit_rows(SEND_ACTION).await;
+    assert_eq!(audits.len(), 2, "{audits:?}");
+    assert_eq!(audits[1]["outcome"], "allowed");
+    assert_eq!(audits[1]["metadata"]["known"], true, "{}", audits[1]);
+    assert_eq!(audits[1]["target_id"], first["id"], "{}", audits[1]);
+    assert_eq!(site.message_count().await, 1);
+}
+
+/// Holds the policy lock every acceptance takes first, until both calls wait behind it, so
+/// they start their race together.
+async fn start_together<F1, F2>(site: &MailSite, first: F1, second: F2) -> (F1::Output, F2::Output)
+where
+    F1: std::future::Future,
+    F2: std::future::Future,
+{
+    let mut gate = site.core.pool.begin().await.expect("gate");
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('outgoing_mail.policy', 0))")
+        .execute(&mut *gate)
+        .await
+        .expect("policy lock");
+    let pool = site.core.pool.clone();
+    let release = async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("waiters");
+            if waiting >= 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the calls never met at the gate");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        gate.rollback().await.expect("open the gate");
+    };
+    let (a, b, ()) = tokio::join!(first, second, release);
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_send_and_enqueue_starting_together_share_one_row_one_object_and_one_recipient() {
+    let site = MailSite::start().await;
+    site.update_profile("alerts", json!({"dailyRecipientLimit": 1}))
+        .await;
+    let mut message = with_attachment("ann@example.org", "Same");
+    message["key"] = json!("same");
+    let ((sent_status, sent), (batch_status, batch)) = start_together(
+        &site,
+        site.send(SENDER, message.clone()),
+        site.enqueue(SENDER, json!([message])),
+    )
+    .await;
+    assert_eq!(sent_status, StatusCode::OK, "{sent}");
+    assert_eq!(batch_status, StatusCode::ACCEPTED, "{batch}");
+    assert_eq!(batch["ids"], json!([sent["id"]]));
+    assert_eq!(site.message_count().await, 1);
+    // The loser's attachment is gone; the winner's stays with its message.
+    assert_eq!(site.objects().await.len(), 1, "{:?}", site.objects().await);
+    assert_eq!(used_last_24h(&site, SENDER).await, 1);
+}
+
+#[tokio::test]
+async fn a_repeated_batch_with_attachments_stores_nothing_new() {
+    let site = MailSite::start().await;
+    let batch = json!([
+        {"key": "a", "to": ["ann@example.org"], "subject": "A", "text": "A",
+         "attachments": [{"filename": "a.txt", "contentType": "text/plain", "content": "YQ=="}]},
+        {"key": "b", "to": ["bob@example.org"], "subject": "B", "text": "B",
+         "attachments": [{"filename": "b.txt", "contentType": "text/plain", "content": "Yg=="}]},
+    ]);
+    let (status, first) = site.enqueue(SENDER, batch.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    let objects = site.objects().await;
+    assert_eq!(objects.len(), 2);
+    let (status, again) = site.enqueue(SENDER, batch).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again}");
+    assert_eq!(again, first);
+    assert_eq!(site.objects().await, objects);
+    let accounted: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outgoing_mail.attachment_objects")
+            .fetch_one(&site.core.pool)
+            .await
+            .expect("count");
+    assert_eq!(accounted, 2);
+    let batch_id = first["batchId"].as_str().expect("batch id");
+    let (status, page) = site.list(SENDER, &format!("batchId={batch_id}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["total"], 2, "{page}");
+}
+
+#[tokio::test]
+async fn a_batch_only_part_of_which_fits_the_backlog_is_refused_whole() {
+    let site = MailSite::start().await;
+    site.update_profile("alerts", json!({"pacePerMinute": 1}))
+        .await;
+    site.queue_bulk_rows(OTHER, "alerts", 1439).await;
+    let answer = site
+        .enqueue(
+            SENDER,
+            json!([message("a@example.org", "A"), message("b@example.org", "B")]),
+        )
+        .await;
+    assert_error(&answer, StatusCode::CONFLICT, "backlog_full");
+    assert_eq!(site.message_count().await, 1439);
+    let (status, body) = site
+        .enqueue(SENDER, json!([message("a@example.org", "A")]))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+#[tokio::test]
+async fn cores_own_mail_uses_only_the_default_profile() {
+    use k2b_core::mail::accept::{self, MailContext};
+    use k2b_core::mail::policy::Caller;
+    use k2b_core::mail::validate::parse_message;
+
+    let site = MailSite::start().await;
+    let mut spare = profile_body("spare@example.org");
+    spare["name"] = json!("Spare");
+    let (status, body) = site
+        .admin(Method::PUT, "/profiles/spare", Some(spare))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let objects = site.core.mail_objects.store().await;
+    let ctx = MailContext {
+        pool: &site.core.pool,
+        objects,
+        wakeups: site.core.wakeups.as_ref(),
+        request_id: None,
+    };
+    let mut named = message("admin@example.org", "Notice");
+    named["profile"] = json!("spare");
+    let refused = accept::send(&ctx, &Caller::core(), parse_message(&named).expect("valid"))
+        .await
+        .expect_err("core may not name another profile");
+    assert_eq!(
+        refused.code(),
+        Some(k2b_core::mail::MailCode::ProfileNotAllowed)
+    );
+    let sent = accept::send(
+        &ctx,
+        &Caller::core(),
+        parse_message(&message("admin@example.org", "Notice")).expect("valid"),
+    )
+    .await
+    .expect("the default profile");
+    assert_eq!(sent.row.profile_key, "alerts");
+    assert_eq!(sent.row.app_id, "core");
 }

@@ -261,6 +261,7 @@ async fn retention_rejects_anything_but_two_ordered_whole_numbers_of_days() {
         json!({"contentDays": 90, "recordDays": 365})
     );
     let invalid = [
+        json!({}),
         json!({"contentDays": 30}),
         json!({"recordDays": 400}),
         json!({"contentDays": 30.5, "recordDays": 400}),
@@ -287,6 +288,14 @@ async fn retention_rejects_anything_but_two_ordered_whole_numbers_of_days() {
             "{body}"
         );
     }
+    let reversed = site
+        .admin(
+            Method::PUT,
+            "/retention",
+            Some(json!({"contentDays": 400, "recordDays": 30})),
+        )
+        .await;
+    assert_eq!(reversed.1["message"], "recordDays: at least contentDays");
     assert_eq!(
         retention(&site).await,
         json!({"contentDays": 90, "recordDays": 365})
@@ -296,6 +305,16 @@ async fn retention_rejects_anything_but_two_ordered_whole_numbers_of_days() {
             .await
             .is_empty()
     );
+    // A whole number is whole however JSON writes it.
+    let (status, body) = site
+        .admin(
+            Method::PUT,
+            "/retention",
+            Some(json!({"contentDays": 30.0, "recordDays": 400})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"contentDays": 30, "recordDays": 400}));
 }
 
 #[tokio::test]

@@ -707,3 +707,99 @@ async fn the_local_folder_store_takes_uploads_through_the_function() {
     assert_eq!(code(&refused), "bad_input");
     assert_eq!(site.message_count().await, 1);
 }
+
+/// An upload of `bytes`, made as the app would: reserved, then PUT to its presigned URL.
+async fn uploaded_object(site: &MailSite, bytes: &[u8]) -> String {
+    let upload = create_upload(site, bytes.len() as u64).await;
+    let url = upload["url"].as_str().expect("url").to_string();
+    let response = put_upload(&site.client, &url, &upload, bytes.to_vec(), &[]).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    upload_id(&upload)
+}
+
+#[tokio::test]
+async fn every_refused_call_deletes_the_uploads_it_named() {
+    let site = MailSite::start().await;
+    // Refused by validation: the body never became a message.
+    let first = uploaded_object(&site, &pattern(300)).await;
+    let mut invalid = with_attachments(
+        message("ann@example.org", "Invalid"),
+        vec![uploaded("a.pdf", &first)],
+    );
+    invalid["headers"] = json!({"Bcc": "someone@example.org"});
+    let refused = site.send(SENDER, invalid).await;
+    assert_eq!(code(&refused), "bad_input", "{}", refused.1);
+    // Refused by the quota, before anything was read back.
+    change_profile(&site, json!({"dailyRecipientLimit": 1})).await;
+    let (status, record) = site.send(SENDER, message("ann@example.org", "Quota")).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    let second = uploaded_object(&site, &pattern(400)).await;
+    let over = with_attachments(
+        message("bob@example.org", "Over"),
+        vec![uploaded("b.pdf", &second)],
+    );
+    let refused = site.enqueue(SENDER, json!([over])).await;
+    assert_eq!(code(&refused), "quota_exceeded", "{}", refused.1);
+    assert!(
+        site.objects().await.is_empty(),
+        "{:?}",
+        site.objects().await
+    );
+    assert!(
+        accounting(&site).await.is_empty(),
+        "{:?}",
+        accounting(&site).await
+    );
+}
+
+#[tokio::test]
+async fn a_known_key_keeps_its_own_attachment_and_deletes_the_new_upload() {
+    let site = MailSite::start().await;
+    let mut first = with_attachments(
+        message("ann@example.org", "Once"),
+        vec![inline("a.bin", &pattern(100))],
+    );
+    first["key"] = json!("once");
+    let (status, record) = site.send(SENDER, first).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    let kept = site.objects().await;
+    assert_eq!(kept.len(), 1);
+    let upload = uploaded_object(&site, &pattern(200)).await;
+    let mut again = with_attachments(
+        message("ann@example.org", "Once"),
+        vec![uploaded("b.pdf", &upload)],
+    );
+    again["key"] = json!("once");
+    let (status, repeated) = site.send(SENDER, again).await;
+    assert_eq!(status, StatusCode::OK, "{repeated}");
+    assert_eq!(repeated["id"], record["id"]);
+    assert_eq!(repeated["attachments"], record["attachments"]);
+    assert_eq!(site.objects().await, kept);
+    assert_eq!(accounting(&site).await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_upload_not_named_within_an_hour_cannot_be_attached() {
+    let site = MailSite::start().await;
+    let upload = uploaded_object(&site, &pattern(500)).await;
+    sqlx::query(
+        "UPDATE outgoing_mail.attachment_objects SET created_at = created_at - interval '61 minutes'",
+    )
+    .execute(&site.core.pool)
+    .await
+    .expect("age the upload");
+    let late = with_attachments(
+        message("ann@example.org", "Late"),
+        vec![uploaded("late.pdf", &upload)],
+    );
+    let refused = site.send(SENDER, late).await;
+    assert_eq!(refused.0, StatusCode::BAD_REQUEST, "{}", refused.1);
+    assert_eq!(code(&refused), "bad_input");
+    assert_eq!(site.message_count().await, 0);
+    // It belongs to nobody now, so it goes.
+    assert!(
+        site.objects().await.is_empty(),
+        "{:?}",
+        site.objects().await
+    );
+}

@@ -517,6 +517,7 @@ async fn cursor_paging_survives_a_deleted_anchor_and_newer_rows() {
         originals.push(id);
     }
     let first = listed(&site, SENDER, "perPage=2").await;
+    assert_eq!(first["total"], 5, "{first}");
     let mut seen = ids(&first);
     let anchor = seen.last().expect("an anchor").clone();
     sqlx::query("DELETE FROM outgoing_mail.messages WHERE id = $1::uuid")
@@ -588,4 +589,126 @@ async fn reference_and_status_filters_narrow_the_log() {
     assert_eq!(set(&ids(&page)), set(&[&order_42, &plain]));
     let page = listed(&site, SENDER, "status=queued&status=sent&ref=order").await;
     assert_eq!(page["total"], 2);
+}
+
+/// Scenario 4: Core reads its own log and nobody else's.
+#[tokio::test]
+async fn core_reads_only_its_own_log() {
+    use k2b_core::mail::log;
+    use k2b_core::mail::policy::Caller;
+    use k2b_core::mail::validate::{parse_filter, parse_page};
+
+    let site = MailSite::start().await;
+    let own = core_row(&site, "Core notice").await;
+    sent(&site, SOURCE, message("s@example.org", "Source note")).await;
+    let core = Caller::core();
+    assert_eq!(
+        log::readable_apps(&site.core.pool, &core)
+            .await
+            .expect("readable apps"),
+        vec!["core".to_string()]
+    );
+    let page = log::list(
+        &site.core.pool,
+        &core,
+        parse_filter(&json!({})).expect("filter"),
+        parse_page(&json!({})).expect("page"),
+    )
+    .await
+    .expect("core's log");
+    let listed: Vec<String> = page.rows.iter().map(|r| r.id.to_string()).collect();
+    assert_eq!(listed, vec![own]);
+    let refused = log::list(
+        &site.core.pool,
+        &core,
+        parse_filter(&json!({"apps": [SOURCE]})).expect("filter"),
+        parse_page(&json!({})).expect("page"),
+    )
+    .await
+    .expect_err("core reads no other log");
+    assert_eq!(
+        refused.code(),
+        Some(k2b_core::mail::MailCode::MailNotDeclared)
+    );
+}
+
+/// Scenario 12 across granted logs, with every filter at once.
+#[tokio::test]
+async fn cursor_pages_across_granted_logs_with_every_filter_return_each_match_once() {
+    let site = MailSite::start().await;
+    site.grant(READER, &[SOURCE]).await;
+    let mut matches = Vec::new();
+    let mut decoys = Vec::new();
+    for (index, app) in [READER, SOURCE].into_iter().cycle().take(14).enumerate() {
+        let id = sent(
+            &site,
+            app,
+            message("user@example.org", &format!("Invoice {index}")),
+        )
+        .await;
+        set_created(&site, &id, &format!("2024-05-01T10:00:0{}Z", index % 3)).await;
+        matches.push(id);
+    }
+    // One decoy per predicate: another recipient, another time, another status, another app,
+    // another subject.
+    let other_recipient = sent(&site, READER, message("else@example.org", "Invoice x")).await;
+    set_created(&site, &other_recipient, "2024-05-01T10:00:01Z").await;
+    let too_late = sent(&site, SOURCE, message("user@example.org", "Invoice y")).await;
+    set_created(&site, &too_late, "2024-05-01T11:00:00Z").await;
+    let cancelled = sent(&site, READER, message("user@example.org", "Invoice z")).await;
+    set_created(&site, &cancelled, "2024-05-01T10:00:01Z").await;
+    sqlx::query("UPDATE outgoing_mail.messages SET status = 'cancelled' WHERE id = $1::uuid")
+        .bind(&cancelled)
+        .execute(&site.core.pool)
+        .await
+        .expect("cancel");
+    let elsewhere = sent(&site, OTHER, message("user@example.org", "Invoice o")).await;
+    set_created(&site, &elsewhere, "2024-05-01T10:00:01Z").await;
+    let unrelated = sent(&site, SOURCE, message("user@example.org", "Receipt")).await;
+    set_created(&site, &unrelated, "2024-05-01T10:00:01Z").await;
+    decoys.extend([other_recipient, too_late, cancelled, elsewhere, unrelated]);
+
+    let query = format!(
+        "apps={READER},{SOURCE}&q=invoice&recipient=USER%40example.org&status=queued\
+         &since={}&until={}&perPage=3",
+        enc("2024-05-01T10:00:00Z"),
+        enc("2024-05-01T10:30:00+00:00"),
+    );
+    let seen = walk(&site, READER, &query, 14).await;
+    assert_eq!(seen.len(), 14, "each match once");
+    assert_eq!(set(&seen), set(&matches));
+    assert!(set(&seen).is_disjoint(&set(&decoys)));
+}
+
+/// Scenario 14: a storage failure on a reading call is `mail_unavailable`, never its details.
+#[tokio::test]
+async fn a_storage_failure_while_reading_answers_mail_unavailable_without_details() {
+    use k2b_tests::pgfault::Fault;
+
+    let site = MailSite::start().await;
+    site.grant(READER, &[SOURCE]).await;
+    let (proxy, base) = site.behind_faults().await;
+    for (path, statement) in [
+        ("/profiles", &b"FROM outgoing_mail.profiles ORDER BY"[..]),
+        ("/messages", &b"count(*) FROM outgoing_mail.messages"[..]),
+        ("/readable-apps", &b"FROM outgoing_mail.app_log_access"[..]),
+    ] {
+        let fired = proxy.fired();
+        proxy.arm([Fault::cut(statement)]);
+        let (status, body) = site.app_at(&base, READER, Method::GET, path, None).await;
+        assert_eq!(proxy.fired(), fired + 1, "{path}: the statement was cut");
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{path}: {body}");
+        assert_eq!(
+            body,
+            json!({
+                "code": "mail_unavailable",
+                "message": "Outgoing mail storage is unavailable.",
+                "status": 500,
+            }),
+            "{path}"
+        );
+        // The next call finds the database again.
+        let (status, body) = site.app_at(&base, READER, Method::GET, path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
 }

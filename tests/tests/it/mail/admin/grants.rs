@@ -74,7 +74,20 @@ async fn malformed_or_forbidden_log_grants_are_refused_without_an_audit() {
     for body in invalid {
         let answer = site.admin(Method::PUT, &path, Some(body.clone())).await;
         assert_error(&answer, StatusCode::BAD_REQUEST, "bad_input");
+        // `<path>: <issue>`.
+        let text = answer.1["message"].as_str().unwrap_or_default();
+        let (field, issue) = text.split_once(": ").unwrap_or_default();
+        assert!(
+            matches!(field, "body" | "apps" | "note") && !issue.is_empty(),
+            "{body}: {text}"
+        );
     }
+    // A reader id longer than any app id is refused, not stored.
+    let long = format!("/apps/{}/log-access", "r".repeat(201));
+    let answer = site
+        .admin(Method::PUT, &long, Some(json!({"apps": [SOURCE]})))
+        .await;
+    assert_error(&answer, StatusCode::BAD_REQUEST, "bad_input");
     // Core's grants cannot be set at all.
     let answer = site
         .admin(
@@ -93,6 +106,9 @@ async fn malformed_or_forbidden_log_grants_are_refused_without_an_audit() {
         )
         .await;
     assert!(status.is_client_error(), "{status} {body}");
+    let empty = k2b_core::mail::admin::parse_log_access("", &json!({"apps": [SOURCE]}))
+        .expect_err("an empty reader");
+    assert_eq!(empty.code(), Some(k2b_core::mail::MailCode::BadInput));
     let rows = site.audit_rows("outgoing_mail.app_log_access.update").await;
     assert_eq!(rows.len(), 1, "only the harness's grant: {rows:?}");
     assert_eq!(app_item(&site, READER).await["logApps"], json!([SOURCE]));

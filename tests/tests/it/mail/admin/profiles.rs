@@ -11,6 +11,21 @@ use crate::mail::{MailSite, SENDER, message, profile_body};
 const FIRST_PASSWORD: &str = "s3cret-pass";
 const SECOND_PASSWORD: &str = "an0ther-pass";
 
+/// What a sealed password opens to, with the installation's key and the profile's label.
+async fn unsealed(site: &MailSite, sealed: &str) -> String {
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "SELECT id FROM outgoing_mail.profiles WHERE smtp_password_encrypted = $1",
+    )
+    .bind(sealed)
+    .fetch_one(&site.core.pool)
+    .await
+    .expect("the profile of a password");
+    site.core
+        .settings
+        .unseal(&k2b_core::mail::profiles::password_label(id), sealed)
+        .expect("a password sealed with the installation's key")
+}
+
 async fn profile(site: &MailSite, key: &str) -> Value {
     let (status, body) = site
         .admin(Method::GET, &format!("/profiles/{key}"), None)
@@ -73,6 +88,7 @@ async fn a_password_is_kept_when_omitted_cleared_by_null_and_stored_only_sealed(
         .await
         .expect("a sealed password");
     assert!(!first.contains(FIRST_PASSWORD), "{first}");
+    assert_eq!(unsealed(&site, &first).await, FIRST_PASSWORD);
     assert_eq!(profile(&site, "alerts").await["hasPassword"], true);
 
     let (status, body) = put_alerts(&site, alerts_at(1, json!({"smtpPort": 2525}))).await;
@@ -93,6 +109,7 @@ async fn a_password_is_kept_when_omitted_cleared_by_null_and_stored_only_sealed(
         .expect("a sealed password");
     assert_ne!(second, first);
     assert!(!second.contains(SECOND_PASSWORD), "{second}");
+    assert_eq!(unsealed(&site, &second).await, SECOND_PASSWORD);
 
     let (status, body) = put_alerts(&site, alerts_at(3, json!({"smtpPassword": null}))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -127,6 +144,7 @@ async fn a_new_smtp_host_needs_the_password_again() {
     let stored = profile(&site, "alerts").await;
     assert_eq!(stored["smtpHost"], "smtp.example.org");
     assert_eq!(stored["revision"], 1);
+    assert_eq!(stored_password(&site, "alerts").await, first);
 
     // The same host in other case and spacing is no move.
     let same = alerts_at(1, json!({"smtpHost": "  SMTP.Example.ORG "}));
@@ -185,6 +203,15 @@ async fn concurrent_first_profiles_elect_exactly_one_default() {
         }
     }
     assert_eq!(defaults.len(), 1, "{answers:?}");
+    let mut audited: Vec<String> = site
+        .audit_rows("outgoing_mail.profile.create")
+        .await
+        .iter()
+        .filter_map(|row| row["target_id"].as_str().map(str::to_string))
+        .filter(|key| key.starts_with("first-"))
+        .collect();
+    audited.sort();
+    assert_eq!(audited, keys, "one audit row per profile created");
     let stored: Vec<String> =
         sqlx::query_scalar("SELECT key FROM outgoing_mail.profiles WHERE is_default")
             .fetch_all(&site.core.pool)
@@ -245,4 +272,86 @@ async fn the_default_profile_is_deleted_only_after_another_becomes_default() {
         site.audit_rows("outgoing_mail.profile.default").await.len(),
         1
     );
+}
+
+#[tokio::test]
+async fn a_revision_of_a_profile_deleted_meanwhile_conflicts_instead_of_creating_it() {
+    let site = MailSite::start().await;
+    let mut spare = profile_body("spare@example.org");
+    spare["name"] = json!("Spare");
+    let (status, body) = site
+        .admin(Method::PUT, "/profiles/spare", Some(spare.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, _) = site.admin(Method::DELETE, "/profiles/spare", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    spare["revision"] = json!(1);
+    let answer = site
+        .admin(Method::PUT, "/profiles/spare", Some(spare))
+        .await;
+    assert_error(&answer, StatusCode::CONFLICT, "revision_conflict");
+    let answer = site.admin(Method::GET, "/profiles/spare", None).await;
+    assert_error(&answer, StatusCode::NOT_FOUND, "profile_unknown");
+}
+
+#[tokio::test]
+async fn malformed_profile_keys_and_fields_are_invalid_profiles() {
+    let site = MailSite::start().await;
+    for (method, path) in [
+        (Method::GET, "/profiles/Not_A_Key"),
+        (Method::DELETE, "/profiles/Not_A_Key"),
+        (Method::POST, "/profiles/Not_A_Key/default"),
+        (Method::PUT, "/profiles/-leading-hyphen"),
+    ] {
+        let body = (method == Method::PUT).then(|| profile_body("a@example.org"));
+        let answer = site.admin(method.clone(), path, body).await;
+        assert_error(&answer, StatusCode::BAD_REQUEST, "invalid_profile");
+    }
+    for (field, value) in [
+        ("name", json!("n".repeat(121))),
+        ("name", json!("  ")),
+        ("fromAddress", json!("not an address")),
+        ("fromName", json!("")),
+        ("smtpHost", json!("user@smtp.example.org")),
+        ("smtpHost", json!("smtp.example.org/relay")),
+        ("smtpUser", json!("u".repeat(321))),
+        ("smtpPassword", json!("p".repeat(16385))),
+        ("smtpPort", json!(0)),
+        ("pacePerMinute", json!(6001)),
+        ("maxAttachmentBytes", json!(26_214_401)),
+    ] {
+        let mut body = profile_body("b@example.org");
+        body[field] = value;
+        let answer = site.admin(Method::PUT, "/profiles/other", Some(body)).await;
+        assert_error(&answer, StatusCode::BAD_REQUEST, "invalid_profile");
+        let message = answer.1["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("{field}: ")),
+            "{field}: {message}"
+        );
+    }
+    // The longest name and password are fine.
+    let mut body = profile_body("b@example.org");
+    body["name"] = json!("n".repeat(120));
+    body["smtpPassword"] = json!("p".repeat(16384));
+    let (status, created) = site.admin(Method::PUT, "/profiles/other", Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["appCount"], 0);
+}
+
+#[tokio::test]
+async fn a_profile_change_whose_audit_fails_changes_nothing() {
+    let site = MailSite::start().await;
+    site.break_audit("outgoing_mail.profile.update").await;
+    let answer = put_alerts(&site, alerts_at(1, json!({"name": "Unaudited"}))).await;
+    assert_eq!(answer.0, StatusCode::INTERNAL_SERVER_ERROR, "{}", answer.1);
+    assert_eq!(answer.1["code"], "mail_unavailable");
+    let stored = profile(&site, "alerts").await;
+    assert_eq!(
+        (stored["name"].clone(), stored["revision"].clone()),
+        (json!("Alerts"), json!(1))
+    );
+    site.repair_audit().await;
+    let (status, body) = put_alerts(&site, alerts_at(1, json!({"name": "Audited"}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
