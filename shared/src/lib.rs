@@ -18,6 +18,8 @@ pub mod identity;
 pub mod kek;
 pub mod lambda;
 pub mod mail;
+#[cfg(feature = "test-util")]
+pub mod moto;
 pub mod outbox;
 pub mod pwa;
 pub mod registry;

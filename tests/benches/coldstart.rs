@@ -14,10 +14,11 @@
 //! appends to every function's `DATABASE_URL`, to tell the TLS handshake's share of a first
 //! answer from the rest.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k2b_core::outbox::OutboxRef;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
+use k2b_tests::figures::ms;
 use k2b_tests::lambda::rest::RestRequest;
 use k2b_tests::lambda::stack::Stack;
 use k2b_tests::lambda::{FunctionProcess, Outcome, function_binary, scheduled_event, sqs_batch};
@@ -28,10 +29,6 @@ const RUNS: usize = 10;
 const INIT_GOAL_MS: f64 = 30.0;
 const FIRST_ANSWER_GOAL_MS: f64 = 30.0;
 const SIZE_GOAL_MB: f64 = 15.0;
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);

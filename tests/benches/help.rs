@@ -12,11 +12,12 @@
 //!
 //! Run: `cargo bench -p k2b-tests --bench help`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k2b_core::help::{CompiledHelp, compile_help, define_localized_help};
 use k2b_core::identity::workload;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
+use k2b_tests::figures::{ms, percentile};
 use k2b_tests::{TestDb, core_for, create_user, serve};
 use serde_json::json;
 
@@ -274,15 +275,6 @@ fn corpus(
     let de: Vec<&str> = de.iter().map(String::as_str).collect();
     let definition = define_localized_help("en", &[("en", en), ("de", de)]).expect("definition");
     compile_help(app, Some(&format!("/app/{app}")), &definition).expect("compile")
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 struct Figures {

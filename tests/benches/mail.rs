@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use k2b_core::identity::workload;
 use k2b_core::mail::record::{MESSAGE_COLUMNS, MessageRow};
 use k2b_core::registry::store;
+use k2b_tests::figures::{ms, percentile};
 use k2b_tests::{TestDb, core_for, create_user, serve};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -93,15 +94,6 @@ fn words(count: usize, consonant_first: bool, seed: u64) -> Vec<String> {
         }
     }
     out
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 struct Figures {

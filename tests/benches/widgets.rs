@@ -8,24 +8,16 @@
 //!
 //! Run: `cargo bench -p k2b-tests --bench widgets` (builds `k2b-local` in the bench profile).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k2b_core::identity::{jwt, keys};
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
+use k2b_tests::figures::{ms, percentile};
 use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, serve};
 use serde_json::{Value, json};
 
 const WIDGETS: usize = 20;
 const RUNS: usize = 100;
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

@@ -334,26 +334,6 @@ async fn s3_client_from_env() -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(config.build())
 }
 
-/// An S3 client for a local S3 API such as moto (fixed region, static test credentials,
-/// path-style addressing).
-#[cfg(any(test, feature = "test-util"))]
-pub fn s3_test_client(endpoint: &str) -> aws_sdk_s3::Client {
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version_latest()
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "test",
-            "test",
-            None,
-            None,
-            "k2b-tests",
-        ))
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
-}
-
 /// Size and hash of the bytes seen so far, refusing any byte past the limit.
 struct Tally {
     limit: u64,
@@ -651,8 +631,9 @@ fn is_missing<R>(error: &SdkError<GetObjectError, R>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::process::{Child, Command, Stdio};
     use std::time::Instant;
+
+    use crate::moto::Moto;
 
     use proptest::prelude::*;
 
@@ -1002,66 +983,17 @@ mod tests {
 
     // --- S3, against moto -------------------------------------------------------------------
 
-    /// The moto server of the test command (`K2B_TEST_SQS_ENDPOINT`; moto serves S3 on the same
-    /// port), or one started for this test and stopped when dropped.
-    struct Moto {
-        endpoint: String,
-        child: Option<Child>,
-    }
-
-    impl Moto {
-        fn start() -> Moto {
-            if let Ok(endpoint) = std::env::var("K2B_TEST_SQS_ENDPOINT")
-                && !endpoint.trim().is_empty()
-            {
-                return Moto {
-                    endpoint: endpoint.trim().to_string(),
-                    child: None,
-                };
-            }
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let child = Command::new("moto_server")
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("moto_server is needed for the S3 tests (pip install 'moto[server]')");
-            let moto = Moto {
-                endpoint: format!("http://127.0.0.1:{port}"),
-                child: Some(child),
-            };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "moto_server did not start");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            moto
-        }
-
-        /// A store over a bucket of its own.
-        async fn store(&self) -> (aws_sdk_s3::Client, ObjectStore) {
-            let client = s3_test_client(&self.endpoint);
-            let bucket = format!("k2b-test-{}", Uuid::new_v4());
-            client
-                .create_bucket()
-                .bucket(&bucket)
-                .send()
-                .await
-                .expect("create bucket");
-            (client.clone(), ObjectStore::s3(client, bucket))
-        }
-    }
-
-    impl Drop for Moto {
-        fn drop(&mut self) {
-            if let Some(child) = &mut self.child {
-                child.kill().ok();
-                child.wait().ok();
-            }
-        }
+    /// A store over a bucket of its own on `moto`.
+    async fn s3_store(moto: &Moto) -> (aws_sdk_s3::Client, ObjectStore) {
+        let client = moto.s3();
+        let bucket = format!("k2b-test-{}", Uuid::new_v4());
+        client
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create bucket");
+        (client.clone(), ObjectStore::s3(client, bucket))
     }
 
     fn bucket(store: &ObjectStore) -> &str {
@@ -1076,7 +1008,7 @@ mod tests {
     #[tokio::test]
     async fn s3_keeps_a_20_mib_stream_with_its_size_and_sha256() {
         let moto = Moto::start();
-        let (_client, store) = moto.store().await;
+        let (_client, store) = s3_store(&moto).await;
         let key = key();
         let body = pattern(20 * MIB);
         let stored = store
@@ -1093,7 +1025,7 @@ mod tests {
     #[tokio::test]
     async fn s3_refuses_a_26_mib_stream_and_keeps_nothing() {
         let moto = Moto::start();
-        let (client, store) = moto.store().await;
+        let (client, store) = s3_store(&moto).await;
         let key = key();
         let refused = store
             .put_stream(&key, chunked(&pattern(26 * MIB), MIB), MAX_OBJECT_BYTES)
@@ -1117,7 +1049,7 @@ mod tests {
     #[tokio::test]
     async fn s3_presigned_put_takes_a_body_of_the_signed_size() {
         let moto = Moto::start();
-        let (_client, store) = moto.store().await;
+        let (_client, store) = s3_store(&moto).await;
         let key = key();
         let body = pattern(100_000);
         let upload = store
@@ -1168,7 +1100,7 @@ mod tests {
     #[tokio::test]
     async fn s3_refuses_presigned_uploads_over_the_object_maximum() {
         let moto = Moto::start();
-        let (_client, store) = moto.store().await;
+        let (_client, store) = s3_store(&moto).await;
         let refused = store
             .presign_put(
                 &key(),
@@ -1184,7 +1116,7 @@ mod tests {
     #[tokio::test]
     async fn s3_failures_are_store_errors_not_missing_objects() {
         let moto = Moto::start();
-        let (client, _store) = moto.store().await;
+        let (client, _store) = s3_store(&moto).await;
         let store = ObjectStore::s3(client, format!("k2b-absent-{}", Uuid::new_v4()));
         let failed = store
             .digest(&key(), MAX_OBJECT_BYTES)
@@ -1202,7 +1134,7 @@ mod tests {
     #[tokio::test]
     async fn s3_delete_many_removes_every_key() {
         let moto = Moto::start();
-        let (_client, store) = moto.store().await;
+        let (_client, store) = s3_store(&moto).await;
         let keys: Vec<String> = (0..3).map(|_| key()).collect();
         for key in &keys[..2] {
             store

@@ -85,7 +85,7 @@ impl Stack {
         stack.values.insert("WakeupQueue", wakeup);
         stack.values.insert("LiveQueue", live);
         let bucket = format!("mail-{suffix}");
-        k2b_core::mail::objects::s3_test_client(&moto.endpoint)
+        moto.s3()
             .create_bucket()
             .bucket(&bucket)
             .send()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k2b_core::Core;
 use k2b_core::identity::workload;
-use k2b_core::mail::objects::{ObjectStore, s3_test_client};
+use k2b_core::mail::objects::ObjectStore;
 use k2b_core::outbox::WakeRequest;
 use k2b_tests::pgfault::PgFaultProxy;
 use k2b_tests::{Moto, TestDb, core_for, create_user, serve, session_cookie};
@@ -89,7 +89,7 @@ impl MailSite {
         let db = TestDb::new().await;
         let core = core_for(&db);
         let moto = Moto::start();
-        let s3 = s3_test_client(&moto.endpoint);
+        let s3 = moto.s3();
         let bucket = format!("mail-{}", uuid::Uuid::new_v4().simple());
         s3.create_bucket()
             .bucket(&bucket)

@@ -92,7 +92,8 @@ async fn an_app_sends_and_lists_its_mail_through_the_api() {
     .expect("refs");
     let key = refs[0].as_str().expect("a key").to_string();
     let moto = stack.moto.as_ref().expect("moto");
-    let object = k2b_core::mail::objects::s3_test_client(&moto.endpoint)
+    let object = moto
+        .s3()
         .head_object()
         .bucket(&stack.values["MailBucket"])
         .key(&key)
