@@ -225,6 +225,16 @@ pub async fn advisory_xact_lock(conn: &mut PgConnection, key: &str) -> Result<()
     Ok(())
 }
 
+/// Like [`advisory_xact_lock`], shared with every other holder of the shared lock (and waiting
+/// only for an exclusive holder).
+pub async fn advisory_xact_lock_shared(conn: &mut PgConnection, key: &str) -> Result<(), DbError> {
+    sqlx::query("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))")
+        .bind(key)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Like [`advisory_xact_lock`] but returns `false` at once when another transaction holds it.
 pub async fn try_advisory_xact_lock(conn: &mut PgConnection, key: &str) -> Result<bool, DbError> {
     Ok(

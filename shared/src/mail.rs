@@ -163,6 +163,8 @@ pub enum MailError {
     Fault(MailFault),
     #[error("outgoing mail database error: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("outgoing mail database error: {0}")]
+    Db(#[from] crate::db::DbError),
     #[error("outgoing mail audit error: {0}")]
     Audit(#[from] crate::audit::AuditError),
     #[error("outgoing mail object store error: {0}")]
@@ -176,6 +178,15 @@ pub enum MailError {
 impl MailError {
     pub fn fault(code: MailCode, message: impl Into<Cow<'static, str>>) -> MailError {
         MailError::Fault(MailFault::new(code, message))
+    }
+
+    /// `attachments_too_large`: a call's attachments pass its profile's limit (or an object
+    /// the store's).
+    pub fn attachments_too_large() -> MailError {
+        MailError::fault(
+            MailCode::AttachmentsTooLarge,
+            "The attachments are larger than this mail profile allows.",
+        )
     }
 
     /// What the caller sees: the domain error, or `mail_unavailable` with a fixed message.

@@ -12,13 +12,14 @@ use k2b_core::Core;
 use k2b_core::access::CurrentActor;
 use k2b_core::auth::{Actor, Role};
 use k2b_core::http::ApiError;
-use k2b_core::http::body::read_limited;
+use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::RequestId;
 use k2b_core::http::origin::origin_matches;
 use k2b_core::http::routes::Routes;
+use k2b_core::mail::accept;
 use k2b_core::mail::admin::{self as store, AccessInput, Retention};
 use k2b_core::mail::log::{self, LogQuery};
-use k2b_core::mail::policy::ProfileRow;
+use k2b_core::mail::policy::{self, ProfileRow};
 use k2b_core::mail::profiles::{self, AdminActor, ProfileInput};
 use k2b_core::mail::validate::{self, MailStatus, PageParams};
 use k2b_core::mail::{MailCode, MailError, MailFault};
@@ -67,17 +68,14 @@ pub(crate) fn routes() -> Routes<Core> {
         )
 }
 
-/// A domain error as the admin API answers it: `{error, code, message}` with its status
-/// (unknown profiles are 404 here: the path names them).
-fn admin_error(error: MailError) -> Response {
+/// A domain error as the admin API answers it: `{error, code, message}` with its status, or
+/// `status` where the route knows better.
+fn admin_error(error: MailError, status: Option<StatusCode>) -> Response {
     if !matches!(error, MailError::Fault(_)) {
         tracing::error!(error = %error, "outgoing mail administration unavailable");
     }
     let fault = error.to_fault();
-    let status = match fault.code {
-        MailCode::ProfileUnknown => StatusCode::NOT_FOUND,
-        code => code.status(),
-    };
+    let status = status.unwrap_or_else(|| fault.code.status());
     let code = fault.code.as_str();
     (
         status,
@@ -133,24 +131,30 @@ impl FromRequestParts<Core> for Administrator {
 }
 
 /// An admin operation's error, answered by [`admin_error`].
-struct AdminError(MailError);
+struct AdminError(MailError, Option<StatusCode>);
 
 impl From<MailError> for AdminError {
     fn from(error: MailError) -> AdminError {
-        AdminError(error)
+        AdminError(error, None)
     }
 }
 
 impl From<MailFault> for AdminError {
     fn from(fault: MailFault) -> AdminError {
-        AdminError(MailError::Fault(fault))
+        AdminError(MailError::Fault(fault), None)
     }
 }
 
 impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
-        admin_error(self.0)
+        admin_error(self.0, self.1)
     }
+}
+
+/// An unknown profile the path names is not found (one a body names is a bad request).
+fn path_profile(error: MailError) -> AdminError {
+    let not_found = error.code() == Some(MailCode::ProfileUnknown);
+    AdminError(error, not_found.then_some(StatusCode::NOT_FOUND))
 }
 
 fn bad(message: impl Into<String>) -> MailError {
@@ -158,10 +162,12 @@ fn bad(message: impl Into<String>) -> MailError {
 }
 
 async fn body_json(headers: &HeaderMap, body: Body, code: MailCode) -> Result<Value, MailError> {
-    let bytes = read_limited(headers, body, MAX_ADMIN_BODY)
+    read_json(headers, body, MAX_ADMIN_BODY)
         .await
-        .map_err(|_| MailError::fault(code, "body: at most 64 KiB of JSON"))?;
-    serde_json::from_slice(&bytes).map_err(|_| MailError::fault(code, "body: not JSON"))
+        .map_err(|error| match error {
+            BodyError::InvalidJson => MailError::fault(code, "body: not JSON"),
+            _ => MailError::fault(code, "body: at most 64 KiB of JSON"),
+        })
 }
 
 /// A message id of the path: a malformed one is a bad request, not an unknown message.
@@ -207,7 +213,7 @@ async fn put_retention(
 /// `app, profile, status` (comma or repeated), `since, ref=scope[:id], recipient, cursor,
 /// limit 1–100`.
 fn admin_query(query: Option<&str>) -> Result<(LogQuery, PageParams), MailError> {
-    let pairs = url_pairs(query.unwrap_or_default()).ok_or_else(|| bad("query: not decodable"))?;
+    let pairs = url_pairs(query.unwrap_or_default());
     let mut log = LogQuery::default();
     let mut page = PageParams {
         page: 1,
@@ -294,7 +300,7 @@ async fn get_message(
     Path(id): Path<String>,
 ) -> Result<Response, AdminError> {
     let id = message_id(&id)?;
-    let row = log::message(&core.pool, id)
+    let row = accept::find_by_id(&core.pool, id)
         .await?
         .ok_or_else(unknown_message)?;
     Ok(Json(row.for_admin()).into_response())
@@ -317,7 +323,7 @@ async fn cancel_message(
     let id = message_id(&id)?;
     let objects = core.mail_objects.store().await;
     store::cancel_message(&core.pool, objects, id, &admin).await?;
-    let row = log::message(&core.pool, id)
+    let row = accept::find_by_id(&core.pool, id)
         .await?
         .ok_or_else(unknown_message)?;
     Ok(Json(row.for_admin()).into_response())
@@ -339,7 +345,7 @@ async fn list_profiles(
     _admin: Administrator,
 ) -> Result<Response, AdminError> {
     let counts = profiles::app_counts(&core.pool).await?;
-    let items: Vec<Value> = profiles::list(&core.pool)
+    let items: Vec<Value> = policy::all_profiles(&core.pool)
         .await?
         .iter()
         .map(|p| profiles::admin_json(p, counts.get(&p.id).copied().unwrap_or(0)))
@@ -367,7 +373,8 @@ async fn get_profile(
 ) -> Result<Response, AdminError> {
     let profile = profiles::get(&core.pool, profile_key(&key)?)
         .await?
-        .ok_or_else(unknown_profile)?;
+        .ok_or_else(unknown_profile)
+        .map_err(path_profile)?;
     Ok(Json(profile_json(&core, &profile).await?).into_response())
 }
 
@@ -394,7 +401,9 @@ async fn delete_profile(
     Administrator(admin): Administrator,
     Path(key): Path<String>,
 ) -> Result<Response, AdminError> {
-    profiles::delete(&core.pool, profile_key(&key)?, &admin).await?;
+    profiles::delete(&core.pool, profile_key(&key)?, &admin)
+        .await
+        .map_err(path_profile)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -403,7 +412,9 @@ async fn make_default(
     Administrator(admin): Administrator,
     Path(key): Path<String>,
 ) -> Result<Response, AdminError> {
-    let profile = profiles::make_default(&core.pool, profile_key(&key)?, &admin).await?;
+    let profile = profiles::make_default(&core.pool, profile_key(&key)?, &admin)
+        .await
+        .map_err(path_profile)?;
     Ok(Json(profile_json(&core, &profile).await?).into_response())
 }
 
@@ -423,16 +434,8 @@ async fn put_access(
 ) -> Result<Response, AdminError> {
     let value = body_json(&headers, body, MailCode::InvalidProfile).await?;
     let input = AccessInput::parse(&value)?;
-    match store::set_access(&core.pool, &app_id, input, &admin).await {
-        Ok(app) => Ok(Json(app).into_response()),
-        // The body names the unknown profile, not the path: the domain's own 400, not 404.
-        Err(error) if error.to_fault().code == MailCode::ProfileUnknown => {
-            let mut response = admin_error(error);
-            *response.status_mut() = StatusCode::BAD_REQUEST;
-            Ok(response)
-        }
-        Err(error) => Err(error.into()),
-    }
+    let app = store::set_access(&core.pool, &app_id, input, &admin).await?;
+    Ok(Json(app).into_response())
 }
 
 async fn put_log_access(

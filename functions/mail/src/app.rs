@@ -11,7 +11,7 @@ use axum::{Extension, Json};
 use futures::TryStreamExt;
 use k2b_core::Core;
 use k2b_core::access::calling_app;
-use k2b_core::http::body::{BodyError, read_limited};
+use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::RequestId;
 use k2b_core::http::routes::Routes;
 use k2b_core::mail::accept::{self, MailContext, Refused};
@@ -88,17 +88,18 @@ impl IntoResponse for AppError {
 }
 
 async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, MailError> {
-    let bytes = read_limited(headers, body, MAX_JSON_BYTES)
+    read_json(headers, body, MAX_JSON_BYTES)
         .await
-        .map_err(|error| match error {
-            BodyError::TooLarge { .. } => MailError::fault(
-                MailCode::BadInput,
-                "The request is too large; upload large attachments first.",
-            ),
-            _ => MailError::fault(MailCode::BadInput, "The request body could not be read."),
-        })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|_| MailError::fault(MailCode::BadInput, "The request body is not JSON."))
+        .map_err(|error| {
+            let message = match error {
+                BodyError::TooLarge { .. } => {
+                    "The request is too large; upload large attachments first."
+                }
+                BodyError::InvalidJson => "The request body is not JSON.",
+                BodyError::Unreadable => "The request body could not be read.",
+            };
+            MailError::fault(MailCode::BadInput, message)
+        })
 }
 
 fn context<'a>(core: &'a Core, objects: &'a ObjectStore, request: &RequestId) -> MailContext<'a> {
@@ -210,7 +211,7 @@ fn list_params(query: Option<&str>) -> Result<(Value, Value), MailError> {
     let invalid = || MailError::fault(MailCode::BadInput, INVALID_FILTER);
     let mut filter = Map::new();
     let mut page = Map::new();
-    let pairs = url_pairs(query.unwrap_or_default()).ok_or_else(invalid)?;
+    let pairs = url_pairs(query.unwrap_or_default());
     for (name, value) in pairs {
         match name.as_str() {
             "apps" | "ids" | "status" => {
@@ -250,20 +251,11 @@ fn list_params(query: Option<&str>) -> Result<(Value, Value), MailError> {
     Ok((Value::Object(filter), Value::Object(page)))
 }
 
-/// Decoded `name=value` pairs of a query string; `None` when one does not decode.
-pub(crate) fn url_pairs(query: &str) -> Option<Vec<(String, String)>> {
-    let mut pairs = Vec::new();
-    for part in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = part.split_once('=').unwrap_or((part, ""));
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(&s.replace('+', " "))
-                .decode_utf8()
-                .ok()
-                .map(|d| d.into_owned())
-        };
-        pairs.push((decode(name)?, decode(value)?));
-    }
-    Some(pairs)
+/// Decoded `name=value` pairs of a query string (`+` and percent escapes decoded).
+pub(crate) fn url_pairs(query: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
 }
 
 async fn list(

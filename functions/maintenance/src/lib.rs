@@ -46,6 +46,9 @@ pub struct MaintenanceReport {
     /// Mail attachment objects past their lifetime no longer counted against the total (the
     /// store's own expiry removes the bytes).
     pub mail_objects_forgotten: u64,
+    /// Local mode: attachment files past their lifetime removed from the folder store (S3's
+    /// lifecycle rule does this when deployed).
+    pub mail_files_purged: u64,
 }
 
 /// The maintenance area's one error type.
@@ -69,11 +72,17 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let pwa = pwa::maintenance::run(core).await?;
     let mail_objects_forgotten =
         k2b_core::mail::attachments::forget_expired(&core.pool, MAIL_OBJECTS_BATCH).await?;
+    let mail_files_purged = if core.config.mode.is_local() {
+        core.mail_objects.store().await.purge_expired().await?
+    } else {
+        0
+    };
     let report = MaintenanceReport {
         registry_pruned,
         help_corpora_deleted,
         pwa,
         mail_objects_forgotten,
+        mail_files_purged,
     };
     if report == MaintenanceReport::default() {
         tracing::debug!("maintenance run finished: nothing to do");
@@ -85,6 +94,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
             devices_expired = report.pwa.devices_expired,
             devices_purged = report.pwa.devices_purged,
             mail_objects_forgotten = report.mail_objects_forgotten,
+            mail_files_purged = report.mail_files_purged,
             "maintenance run finished"
         );
     }

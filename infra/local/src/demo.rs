@@ -226,13 +226,13 @@ pub fn reports_entry(base_url: &str) -> Value {
 /// A default mail profile delivering to a local SMTP port, and the reports app's grant to read
 /// the demo app's log; kept as they are once they exist.
 async fn seed_mail(core: &Core, admin: uuid::Uuid) -> anyhow::Result<()> {
-    use k2b_core::mail::{admin as mail_admin, profiles};
+    use k2b_core::mail::{admin as mail_admin, policy, profiles};
     let actor = profiles::AdminActor {
         user_id: admin,
         uid: ADMIN_UID.into(),
         request_id: None,
     };
-    if profiles::list(&core.pool).await?.is_empty() {
+    if policy::all_profiles(&core.pool).await?.is_empty() {
         let port = std::env::var("K2B_LOCAL_SMTP_PORT")
             .ok()
             .and_then(|p| p.parse::<u16>().ok())

@@ -70,11 +70,14 @@ impl TestDb {
         url.to_string()
     }
 
-    /// A local-mode configuration pointing at this database.
+    /// A local-mode configuration pointing at this database, with a data folder of its own
+    /// (never a developer's local runner's).
     pub fn config(&self) -> Config {
         let url = self.url();
+        let data = std::env::temp_dir().join(&self.name);
         Config::from_lookup(Mode::Local, |name| match name {
             "DATABASE_URL" => Some(url.clone()),
+            "K2B_DATA_DIR" => Some(data.display().to_string()),
             "APP_SECRET" => Some(TEST_APP_SECRET.to_string()),
             "APP_URL" => Some("https://cloud.example.test".to_string()),
             "K2B_SETTINGS_CACHE_MS" => Some("0".to_string()),
@@ -93,6 +96,7 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        std::fs::remove_dir_all(std::env::temp_dir().join(&self.name)).ok();
         let server = self.server.clone();
         let name = self.name.clone();
         // Drop runs inside the test's runtime, which cannot be blocked on; a short-lived thread

@@ -133,13 +133,19 @@ pub async fn audit_denied(
         .meta("recipientCount", refused.recipients)
         .meta("count", refused.count);
     event.error_code = Some(code.to_string());
+    record_alone(ctx, caller, &event).await;
+}
+
+/// Writes an audit row of a call that changed nothing, in its own transaction; a failure to
+/// record is logged.
+async fn record_alone(ctx: &MailContext<'_>, caller: &Caller, event: &AuditRecord) {
     let result = async {
         let mut conn = ctx.pool.acquire().await?;
-        audit::record(&mut conn, &event).await?;
+        audit::record(&mut conn, event).await?;
         Ok::<_, MailError>(())
     };
     if let Err(error) = result.await {
-        tracing::warn!(app_id = %caller.app_id, error = %error, "refused mail call not audited");
+        tracing::warn!(app_id = %caller.app_id, action = %event.action, outcome = ?event.outcome, error = %error, "mail call not audited");
     }
 }
 
@@ -211,14 +217,7 @@ async fn audit_known(
     row: &MessageRow,
 ) {
     let event = sent_event(ctx, caller, message, row.id, &row.profile_key, 0).meta("known", true);
-    let result = async {
-        let mut conn = ctx.pool.acquire().await?;
-        audit::record(&mut conn, &event).await?;
-        Ok::<_, MailError>(())
-    };
-    if let Err(error) = result.await {
-        tracing::warn!(app_id = %caller.app_id, error = %error, "repeated mail send not audited");
-    }
+    record_alone(ctx, caller, &event).await;
 }
 
 async fn send_checked(
@@ -237,25 +236,29 @@ async fn send_checked(
             created: false,
         });
     }
-    // Refuse before storing anything.
-    let profile = {
-        let mut tx = ctx.pool.begin().await?;
-        locks::take(&mut tx, MailLock::Policy, Mode::Shared).await?;
-        let profile = policy::resolve_profile(&mut tx, app, message.profile.as_deref()).await?;
-        let used = policy::quota_used(&mut tx, app, profile.id).await?;
-        policy::check_quota(profile.daily_recipient_limit, used, message.to.len() as i64)?;
-        tx.rollback().await?;
-        profile
+    let stored = if message.attachments.is_empty() {
+        Stored::default()
+    } else {
+        // Refuse before storing anything.
+        let profile = {
+            let mut tx = ctx.pool.begin().await?;
+            locks::take(&mut tx, MailLock::Policy, Mode::Shared).await?;
+            let profile = policy::resolve_profile(&mut tx, app, message.profile.as_deref()).await?;
+            let used = policy::quota_used(&mut tx, app, profile.id).await?;
+            policy::check_quota(profile.daily_recipient_limit, used, message.to.len() as i64)?;
+            tx.rollback().await?;
+            profile
+        };
+        attachments::store_all(
+            ctx.pool,
+            ctx.objects,
+            app,
+            &message.attachments,
+            profile.max_attachment_bytes.max(0) as u64,
+            deadline,
+        )
+        .await?
     };
-    let stored = attachments::store_all(
-        ctx.pool,
-        ctx.objects,
-        app,
-        &message.attachments,
-        profile.max_attachment_bytes.max(0) as u64,
-        deadline,
-    )
-    .await?;
     let id = Uuid::new_v4();
     match accept_one(ctx, caller, message, id, &stored).await {
         Ok(Some(row)) => Ok(Sent { row, created: true }),
@@ -336,10 +339,7 @@ async fn accept_one(
     }
     let profile = policy::resolve_profile(&mut tx, app, message.profile.as_deref()).await?;
     if stored.total() > profile.max_attachment_bytes.max(0) as u64 {
-        return Err(MailError::fault(
-            MailCode::AttachmentsTooLarge,
-            "The attachments are larger than this mail profile allows.",
-        ));
+        return Err(MailError::attachments_too_large());
     }
     locks::take(&mut tx, MailLock::Quota(app, profile.id), Mode::Exclusive).await?;
     let used = policy::quota_used(&mut tx, app, profile.id).await?;
@@ -408,10 +408,15 @@ async fn check_batch(
     lock: bool,
 ) -> Result<BTreeMap<String, ProfileRow>, MailError> {
     let mut resolved: BTreeMap<String, ProfileRow> = BTreeMap::new();
+    if fresh.is_empty() {
+        return Ok(resolved);
+    }
+    let access = policy::access_of(conn, app).await?;
     for message in fresh {
         let slot = profile_slot(message);
         if let std::collections::btree_map::Entry::Vacant(vacant) = resolved.entry(slot) {
-            let profile = policy::resolve_profile(conn, app, message.profile.as_deref()).await?;
+            let profile =
+                policy::resolve_profile_for(conn, &access, message.profile.as_deref()).await?;
             vacant.insert(profile);
         }
     }
@@ -486,7 +491,11 @@ async fn enqueue_checked(
     caller.require_send()?;
     let app = caller.app_id.as_str();
     let keys: Vec<String> = messages.iter().filter_map(|m| m.key.clone()).collect();
-    let (known_before, profiles) = {
+    // Refuse before storing anything (a call without attachments has nothing to store, and
+    // its acceptance transaction checks everything).
+    let (known_before, profiles) = if messages.iter().all(|m| m.attachments.is_empty()) {
+        (HashMap::new(), BTreeMap::new())
+    } else {
         let mut tx = ctx.pool.begin().await?;
         locks::take(&mut tx, MailLock::Policy, Mode::Shared).await?;
         locks::take(&mut tx, MailLock::App(app), Mode::Exclusive).await?;
@@ -702,10 +711,7 @@ async fn accept_batch(
             .ok_or_else(|| MailError::fault(MailCode::MailUnavailable, UNKNOWN_OUTCOME))?;
         let objects = stored[index].clone().unwrap_or_default();
         if objects.total() > profile.max_attachment_bytes.max(0) as u64 {
-            return Err(MailError::fault(
-                MailCode::AttachmentsTooLarge,
-                "The attachments are larger than this mail profile allows.",
-            ));
+            return Err(MailError::attachments_too_large());
         }
         if !attachments::claim(&mut tx, &objects).await? {
             return Err(MailError::fault(

@@ -50,19 +50,15 @@ impl Stored {
     }
 }
 
-fn too_large() -> MailError {
-    MailError::fault(
-        MailCode::AttachmentsTooLarge,
-        "The attachments are larger than this mail profile allows.",
-    )
-}
-
 fn storage_full() -> MailError {
     MailError::fault(
         MailCode::AttachmentStorageFull,
         "Attachment storage is full; try again later.",
     )
 }
+
+/// The lock that serializes reservations against the installation's total.
+const STORAGE_LOCK: &str = "outgoing_mail.storage";
 
 /// Counts `bytes` of a new object against the total, or refuses with `attachment_storage_full`.
 async fn reserve(
@@ -72,11 +68,9 @@ async fn reserve(
     bytes: u64,
     upload: bool,
 ) -> Result<(), MailError> {
-    let bytes = i64::try_from(bytes).map_err(|_| too_large())?;
+    let bytes = i64::try_from(bytes).map_err(|_| MailError::attachments_too_large())?;
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('outgoing_mail.storage', 0))")
-        .execute(&mut *tx)
-        .await?;
+    crate::db::advisory_xact_lock(&mut tx, STORAGE_LOCK).await?;
     let used: i64 = sqlx::query_scalar(
         "SELECT coalesce(sum(bytes), 0)::bigint FROM outgoing_mail.attachment_objects
          WHERE expires_at > now()",
@@ -155,7 +149,7 @@ pub async fn create_upload(
     local_url: impl FnOnce(Uuid) -> String,
 ) -> Result<Upload, MailError> {
     if size > MAX_OBJECT_BYTES {
-        return Err(too_large());
+        return Err(MailError::attachments_too_large());
     }
     let id = Uuid::new_v4();
     let key = ObjectStore::key_for(app_id, id);
@@ -283,7 +277,7 @@ async fn store_each(
             AttachmentSource::Inline(bytes) => {
                 let size = bytes.len() as u64;
                 if size > left || size > MAX_OBJECT_BYTES {
-                    return Err(too_large());
+                    return Err(MailError::attachments_too_large());
                 }
                 let key = ObjectStore::key_for(app_id, Uuid::new_v4());
                 reserve(pool, &key, app_id, size, false).await?;

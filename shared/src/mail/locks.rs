@@ -5,6 +5,8 @@
 
 use sqlx::PgConnection;
 
+use crate::db::{self, DbError};
+
 /// Whether a lock is shared with other holders of the same kind or held alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -45,15 +47,9 @@ impl MailLock<'_> {
 }
 
 /// Takes `lock` until the end of the current transaction.
-pub async fn take(
-    conn: &mut PgConnection,
-    lock: MailLock<'_>,
-    mode: Mode,
-) -> Result<(), sqlx::Error> {
-    let sql = match mode {
-        Mode::Shared => "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))",
-        Mode::Exclusive => "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-    };
-    sqlx::query(sql).bind(lock.name()).execute(conn).await?;
-    Ok(())
+pub async fn take(conn: &mut PgConnection, lock: MailLock<'_>, mode: Mode) -> Result<(), DbError> {
+    match mode {
+        Mode::Shared => db::advisory_xact_lock_shared(conn, &lock.name()).await,
+        Mode::Exclusive => db::advisory_xact_lock(conn, &lock.name()).await,
+    }
 }

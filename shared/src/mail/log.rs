@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
-use uuid::Uuid;
 
 use super::policy::Caller;
 use super::record::{MESSAGE_COLUMNS, MessageRow};
 use super::validate::{self, Cursor, MailFilter, PageParams};
 use super::{CORE_APP_ID, MailCode, MailError};
+use crate::db::{self, DbError};
 
 /// The whole time one search may take, across its statements.
 pub const SEARCH_BUDGET: Duration = Duration::from_secs(5);
@@ -40,12 +40,7 @@ pub async fn readable_apps(pool: &PgPool, caller: &Caller) -> Result<Vec<String>
     caller.require_send_or_read()?;
     let mut apps = vec![caller.app_id.clone()];
     if caller.can_read() {
-        apps.extend(
-            log_apps_for(pool, &caller.app_id)
-                .await?
-                .into_iter()
-                .filter(|a| a != &caller.app_id && a != CORE_APP_ID),
-        );
+        apps.extend(log_apps_for(pool, &caller.app_id).await?);
     }
     Ok(apps)
 }
@@ -265,9 +260,7 @@ pub async fn run(
     .await;
     let (total, mut found) = match result {
         Ok(found) => found,
-        Err(error) if budget.is_some() && is_timeout(&error) => {
-            return Err(MailError::fault(MailCode::BadInput, SEARCH_TOO_LONG));
-        }
+        Err(error) if budget.is_some() && is_timeout(&error) => return Err(too_long()),
         Err(error) => return Err(error),
     };
     tx.rollback().await?;
@@ -298,30 +291,23 @@ async fn set_budget(conn: &mut PgConnection, budget: Option<Instant>) -> Result<
     };
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        return Err(MailError::fault(MailCode::BadInput, SEARCH_TOO_LONG));
+        return Err(too_long());
     }
-    sqlx::query("SELECT set_config('statement_timeout', $1, true)")
-        .bind(format!("{}ms", left.as_millis().max(1)))
-        .execute(conn)
-        .await?;
+    db::set_local_statement_timeout(conn, left).await?;
     Ok(())
 }
 
-/// SQLSTATE 57014: the statement was cancelled (its timeout passed); 55P03: a lock wait outlasted
-/// the pool's `lock_timeout` (3 s on a deployed HTTP function, inside the 5 s budget).
-fn is_timeout(error: &MailError) -> bool {
-    match error {
-        MailError::Database(sqlx::Error::Database(db)) => {
-            matches!(db.code().as_deref(), Some("57014" | "55P03"))
-        }
-        MailError::Fault(fault) => fault.code == MailCode::BadInput,
-        _ => false,
-    }
+fn too_long() -> MailError {
+    MailError::fault(MailCode::BadInput, SEARCH_TOO_LONG)
 }
 
-/// The message of one id with its app, as administrators read it.
-pub async fn message(pool: &PgPool, id: Uuid) -> Result<Option<MessageRow>, MailError> {
-    super::accept::find_by_id(pool, id).await
+/// A statement cancelled by its timeout, or a lock wait that outlasted the pool's
+/// `lock_timeout` (3 s on a deployed HTTP function, inside the 5 s budget).
+fn is_timeout(error: &MailError) -> bool {
+    match error {
+        MailError::Database(error) | MailError::Db(DbError::Sql(error)) => db::is_timeout(error),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
-use super::{MailCode, MailError};
+use super::MailError;
 
 /// The largest object the store keeps: 25 MiB (the profile limit `max_attachment_bytes` never
 /// exceeds it).
@@ -50,7 +50,6 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Local uploads land under this name first; valid keys never start a segment with a dot, so no
 /// key can name one.
 const PARTIAL_PREFIX: &str = ".partial-";
-const TOO_LARGE_MESSAGE: &str = "The attachments are larger than this mail profile allows.";
 
 /// Size and SHA-256 (lowercase hex) of a stored object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,9 +272,9 @@ impl ObjectStore {
             return Ok(None);
         };
         if size > MAX_OBJECT_BYTES {
-            return Err(too_large());
+            return Err(MailError::attachments_too_large());
         }
-        let length = i64::try_from(size).map_err(|_| too_large())?;
+        let length = i64::try_from(size).map_err(|_| MailError::attachments_too_large())?;
         let start = SystemTime::now();
         let config = PresigningConfig::builder()
             .start_time(start)
@@ -353,7 +352,7 @@ impl Tally {
     fn add(&mut self, chunk: &[u8]) -> Result<(), MailError> {
         self.size = self.size.saturating_add(chunk.len() as u64);
         if self.size > self.limit {
-            return Err(too_large());
+            return Err(MailError::attachments_too_large());
         }
         self.hasher.update(chunk);
         Ok(())
@@ -401,7 +400,7 @@ where
             joined.freeze()
         }
     };
-    let length = i64::try_from(stored.size).map_err(|_| too_large())?;
+    let length = i64::try_from(stored.size).map_err(|_| MailError::attachments_too_large())?;
     // The SHA-256 lets S3 refuse a body damaged on the way; it also spares the SDK its own
     // checksum pass.
     client
@@ -583,10 +582,6 @@ fn check_key(key: &str) -> Result<(), MailError> {
     Ok(())
 }
 
-fn too_large() -> MailError {
-    MailError::fault(MailCode::AttachmentsTooLarge, TOO_LARGE_MESSAGE)
-}
-
 /// The caller's body failed (an aborted upload): not the store's failure, so not logged here.
 fn body_failed(error: impl Display) -> MailError {
     MailError::Objects(format!("attachment body failed: {error}"))
@@ -633,11 +628,11 @@ fn is_missing<R>(error: &SdkError<GetObjectError, R>) -> bool {
 mod tests {
     use std::time::Instant;
 
-    use crate::moto::Moto;
-
     use proptest::prelude::*;
 
     use super::*;
+    use crate::mail::MailCode;
+    use crate::moto::Moto;
 
     fn sha256_hex(bytes: &[u8]) -> String {
         hex::encode(Sha256::digest(bytes))

@@ -159,15 +159,17 @@ pub async fn resolve_profile(
     app_id: &str,
     key: Option<&str>,
 ) -> Result<ProfileRow, MailError> {
-    let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outgoing_mail.profiles)")
-        .fetch_one(&mut *conn)
-        .await?;
-    if !any {
-        return Err(MailError::fault(
-            MailCode::MailUnavailable,
-            "No outgoing mail profile is configured.",
-        ));
-    }
+    let access = access_of(conn, app_id).await?;
+    resolve_profile_for(conn, &access, key).await
+}
+
+/// [`resolve_profile`] with the app's access already read (a call resolving several profiles
+/// reads it once).
+pub async fn resolve_profile_for(
+    conn: &mut PgConnection,
+    access: &Access,
+    key: Option<&str>,
+) -> Result<ProfileRow, MailError> {
     let profile: Option<ProfileRow> =
         match key {
             Some(key) => {
@@ -185,7 +187,14 @@ pub async fn resolve_profile(
             .await?,
         };
     let Some(profile) = profile else {
+        let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outgoing_mail.profiles)")
+            .fetch_one(&mut *conn)
+            .await?;
         return Err(match key {
+            _ if !any => MailError::fault(
+                MailCode::MailUnavailable,
+                "No outgoing mail profile is configured.",
+            ),
             Some(_) => MailError::fault(MailCode::ProfileUnknown, "Unknown outgoing mail profile."),
             None => MailError::fault(
                 MailCode::ProfileRequired,
@@ -193,8 +202,7 @@ pub async fn resolve_profile(
             ),
         });
     };
-    let access = access_of(conn, app_id).await?;
-    if !allows(&access, &profile) {
+    if !allows(access, &profile) {
         return Err(match key {
             Some(_) => MailError::fault(
                 MailCode::ProfileNotAllowed,
@@ -257,34 +265,49 @@ pub struct Quota {
     pub used_last24h: i64,
 }
 
+/// Every profile: the default first, then by name and key.
+pub async fn all_profiles(pool: &sqlx::PgPool) -> Result<Vec<ProfileRow>, MailError> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {PROFILE_COLUMNS} FROM outgoing_mail.profiles ORDER BY is_default DESC, name, key"
+    )))
+    .fetch_all(pool)
+    .await?)
+}
+
 /// The profiles an app may use: the default first, then by name and key.
 pub async fn usable_profiles(
     pool: &sqlx::PgPool,
     app_id: &str,
 ) -> Result<Vec<UsableProfile>, MailError> {
+    let profiles = all_profiles(pool).await?;
     let mut conn = pool.acquire().await?;
-    let profiles: Vec<ProfileRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {PROFILE_COLUMNS} FROM outgoing_mail.profiles ORDER BY is_default DESC, name, key"
-    )))
-    .fetch_all(&mut *conn)
-    .await?;
     let access = access_of(&mut conn, app_id).await?;
-    let mut usable = Vec::new();
-    for profile in profiles.into_iter().filter(|p| allows(&access, p)) {
-        let used = quota_used(&mut conn, app_id, profile.id).await?;
-        usable.push(UsableProfile {
+    let used: std::collections::HashMap<Uuid, i64> = sqlx::query_as(
+        "SELECT profile_id, coalesce(sum(recipient_count), 0)::bigint FROM outgoing_mail.messages
+         WHERE app_id = $1 AND profile_id IS NOT NULL AND status <> 'cancelled'
+           AND created_at > now() - interval '24 hours'
+         GROUP BY profile_id",
+    )
+    .bind(app_id)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    Ok(profiles
+        .into_iter()
+        .filter(|p| allows(&access, p))
+        .map(|profile| UsableProfile {
+            quota: Quota {
+                daily_recipients: profile.daily_recipient_limit,
+                used_last24h: used.get(&profile.id).copied().unwrap_or(0),
+            },
             key: profile.key,
             name: profile.name,
             from: profile.from_address,
             default: profile.is_default,
             max_attachment_bytes: profile.max_attachment_bytes,
-            quota: Quota {
-                daily_recipients: profile.daily_recipient_limit,
-                used_last24h: used,
-            },
-        });
-    }
-    Ok(usable)
+        })
+        .collect())
 }
 
 #[cfg(test)]

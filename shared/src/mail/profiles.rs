@@ -224,15 +224,6 @@ pub async fn app_counts(pool: &PgPool) -> Result<HashMap<Uuid, i64>, MailError> 
     Ok(rows.into_iter().collect())
 }
 
-/// Every profile, the default first.
-pub async fn list(pool: &PgPool) -> Result<Vec<ProfileRow>, MailError> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {PROFILE_COLUMNS} FROM outgoing_mail.profiles ORDER BY is_default DESC, name, key"
-    )))
-    .fetch_all(pool)
-    .await?)
-}
-
 /// One profile by key.
 pub async fn get(pool: &PgPool, key: &str) -> Result<Option<ProfileRow>, MailError> {
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(

@@ -97,3 +97,35 @@ async fn expired_mail_attachment_records_stop_counting_against_the_total() {
     let again = maintenance::run(&core).await.expect("run");
     assert_eq!(again.mail_objects_forgotten, 0);
 }
+
+#[tokio::test]
+async fn a_local_run_removes_attachment_files_past_their_lifetime() {
+    use k2b_core::mail::objects::{OBJECT_LIFETIME, ObjectStore};
+
+    let db = TestDb::new().await;
+    let core = k2b_tests::core_for(&db);
+    let dir = tempfile::tempdir().expect("folder");
+    assert!(core.mail_objects.install(ObjectStore::local(dir.path())));
+    let store = core.mail_objects.store().await;
+    let keys = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+        .map(|id| ObjectStore::key_for("inventory", id));
+    for key in &keys {
+        store
+            .put_bytes(key, bytes::Bytes::from_static(b"attachment"))
+            .await
+            .expect("put");
+    }
+    let [old, young] = keys.map(|key| dir.path().join(key));
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .expect("open")
+        .set_modified(
+            std::time::SystemTime::now() - OBJECT_LIFETIME - std::time::Duration::from_secs(60),
+        )
+        .expect("age");
+    let report = maintenance::run(&core).await.expect("run");
+    assert_eq!(report.mail_files_purged, 1);
+    assert!(!old.exists());
+    assert!(young.exists());
+}
