@@ -11,6 +11,8 @@ pip_missing=()
 command -v cfn-lint >/dev/null 2>&1 || pip_missing+=("cfn-lint")
 command -v moto_server >/dev/null 2>&1 || pip_missing+=("moto[server]")
 command -v cargo-lambda >/dev/null 2>&1 || pip_missing+=("cargo-lambda")
+# An independent SMTP server for the delivery tests (STARTTLS on a self-signed certificate).
+python3 -c 'import aiosmtpd' >/dev/null 2>&1 || pip_missing+=("aiosmtpd")
 if ((${#pip_missing[@]})); then
   log "installing from PyPI: ${pip_missing[*]}"
   python3 -m pip install --quiet --disable-pip-version-check "${pip_missing[@]}"

@@ -162,6 +162,9 @@ pub struct Config {
     pub mail_bucket: Option<String>,
     /// `K2B_DATA_DIR` + `/mail`: where local mode keeps outgoing mail attachments.
     pub mail_dir: PathBuf,
+    /// `K2B_SMTP_CA_FILE`: PEM certificates trusted for SMTP TLS besides the public roots (a
+    /// private relay's CA), read at start.
+    pub smtp_extra_roots: Vec<Vec<u8>>,
     /// Names of the variables that took a local-mode default, for the start-up notice.
     pub local_defaults: Vec<&'static str>,
 }
@@ -248,6 +251,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "K2B_SETTINGS_CACHE_MS",
         "in-process settings cache lifetime",
+    ),
+    (
+        "K2B_SMTP_CA_FILE",
+        "PEM certificates trusted for SMTP TLS besides the public roots",
     ),
 ];
 
@@ -494,11 +501,33 @@ impl Config {
             .unwrap_or_else(|| std::env::temp_dir().join("k2b-local"))
             .join("mail");
 
+        let smtp_extra_roots = match get("K2B_SMTP_CA_FILE") {
+            None => Vec::new(),
+            Some(path) => match std::fs::read(&path) {
+                Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => {
+                    vec![pem]
+                }
+                Ok(_) => {
+                    return Err(ConfigError::new(
+                        "K2B_SMTP_CA_FILE",
+                        "must name a PEM file of certificates",
+                    ));
+                }
+                Err(_) => {
+                    return Err(ConfigError::new(
+                        "K2B_SMTP_CA_FILE",
+                        "names a file that cannot be read",
+                    ));
+                }
+            },
+        };
+
         Ok(Config {
             mode,
             needs,
             mail_bucket,
             mail_dir,
+            smtp_extra_roots,
             database_url: Secret::new(database_url),
             app_secret,
             app_id,

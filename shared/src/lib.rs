@@ -25,6 +25,8 @@ pub mod pwa;
 pub mod registry;
 pub mod secret;
 pub mod settings;
+#[cfg(feature = "smtp-sink")]
+pub mod smtp_sink;
 pub mod telemetry;
 pub mod widgets;
 
@@ -60,7 +62,9 @@ pub struct CoreInner {
     /// The last installation logo parsed (the icons, the manifest and the worker script read it).
     pub icon_source: branding::IconSourceMemo,
     /// Where outgoing mail attachments are kept (S3, or a local folder in local mode).
-    pub mail_objects: mail::MailObjects,
+    pub mail_objects: Arc<mail::MailObjects>,
+    /// Delivery of outgoing mail (the `outbox` function and the local runner run it).
+    pub mail_delivery: Arc<mail::delivery::MailDelivery>,
 }
 
 impl Core {
@@ -106,10 +110,20 @@ impl Core {
             None => (Arc::new(NoLiveQueue), None),
         };
         let live = Arc::new(LiveOutboxes::new(pool.clone(), publisher, wakeups.clone()));
-        let mail_objects =
-            mail::MailObjects::new(config.mail_bucket.clone(), config.mail_dir.clone());
+        let mail_objects = Arc::new(mail::MailObjects::new(
+            config.mail_bucket.clone(),
+            config.mail_dir.clone(),
+        ));
+        let mail_delivery = Arc::new(mail::delivery::MailDelivery::new(
+            pool.clone(),
+            settings.clone(),
+            mail_objects.clone(),
+            wakeups.clone(),
+            config.smtp_extra_roots.clone(),
+        ));
         Core(Arc::new(CoreInner {
             mail_objects,
+            mail_delivery,
             config,
             pool,
             settings,
@@ -134,7 +148,7 @@ impl Core {
 
     /// The drainer of every outbox this bundle owns.
     pub fn drainer(&self) -> outbox::Drainer {
-        outbox::Drainer::new(vec![self.live.clone()])
+        outbox::Drainer::new(vec![self.live.clone(), self.mail_delivery.clone()])
     }
 }
 

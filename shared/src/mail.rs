@@ -7,13 +7,17 @@
 pub mod accept;
 pub mod admin;
 pub mod attachments;
+pub mod delivery;
 pub mod locks;
 pub mod log;
 pub mod objects;
 pub mod policy;
 pub mod profiles;
 pub mod record;
+pub mod retention;
 pub mod rules;
+pub mod settle;
+pub mod smtp;
 pub mod validate;
 
 use std::borrow::Cow;
@@ -61,6 +65,31 @@ pub enum MailCode {
 }
 
 impl MailCode {
+    pub const ALL: [MailCode; 22] = [
+        MailCode::BadInput,
+        MailCode::ProfileNotAllowed,
+        MailCode::AppNotAllowed,
+        MailCode::ProfileRequired,
+        MailCode::QuotaExceeded,
+        MailCode::BacklogFull,
+        MailCode::AttachmentsTooLarge,
+        MailCode::AttachmentStorageFull,
+        MailCode::ProfileRemoved,
+        MailCode::AttachmentLost,
+        MailCode::CancelledByAdmin,
+        MailCode::MessageUnknown,
+        MailCode::BatchUnknown,
+        MailCode::MessageNotQueued,
+        MailCode::MailUnavailable,
+        MailCode::MailNotDeclared,
+        MailCode::ProfileUnknown,
+        MailCode::ProfileExists,
+        MailCode::ProfileIsDefault,
+        MailCode::RevisionConflict,
+        MailCode::InvalidProfile,
+        MailCode::SmtpFailed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             MailCode::BadInput => "bad_input",
@@ -86,6 +115,14 @@ impl MailCode {
             MailCode::InvalidProfile => "invalid_profile",
             MailCode::SmtpFailed => "smtp_failed",
         }
+    }
+
+    /// The code of its name (a stored `error_code`).
+    pub fn parse(name: &str) -> Option<MailCode> {
+        MailCode::ALL
+            .iter()
+            .copied()
+            .find(|code| code.as_str() == name)
     }
 
     /// The HTTP status a code answers with (domain errors default to 400).

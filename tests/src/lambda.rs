@@ -635,6 +635,13 @@ impl FunctionProcess {
         }
     }
 
+    /// Ends the process at once (SIGKILL), as Lambda does to an environment that timed out or
+    /// ran out of memory; returns when it is gone.
+    pub fn kill(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
     /// Waits for the process to end by itself (a refused start), at most `wait`.
     pub async fn exit_status(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + wait;

@@ -60,6 +60,10 @@ pub(crate) fn routes() -> Routes<Core> {
             "/api/admin/core/outgoing-mail/profiles/{key}/default",
             make_default,
         )
+        .post(
+            "/api/admin/core/outgoing-mail/profiles/{key}/test",
+            test_profile,
+        )
         .get("/api/admin/core/outgoing-mail/apps", list_apps)
         .put("/api/admin/core/outgoing-mail/apps/{app_id}", put_access)
         .put(
@@ -82,6 +86,33 @@ fn admin_error(error: MailError, status: Option<StatusCode>) -> Response {
         Json(json!({"error": code, "code": code, "message": fault.message})),
     )
         .into_response()
+}
+
+/// `{recipient}`: sends a test message through the profile now. The attempt is audited before
+/// it is made; a failure answers `smtp_failed` 502 with the server's redacted answer.
+async fn test_profile(
+    State(core): State<Core>,
+    Administrator(admin): Administrator,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Body,
+) -> Result<Response, AdminError> {
+    let key = profile_key(&key)?;
+    let value = body_json(&headers, body, MailCode::BadInput).await?;
+    let recipient = match value.as_object() {
+        Some(object) if object.len() == 1 => object.get("recipient").and_then(Value::as_str),
+        _ => None,
+    }
+    .map(str::trim)
+    .filter(|r| validate::is_valid_address(r))
+    .ok_or_else(|| bad("recipient: a valid email address"))?;
+    profiles::get(&core.pool, key)
+        .await?
+        .ok_or_else(unknown_profile)
+        .map_err(path_profile)?;
+    profiles::audit_test(&core.pool, key, &admin).await?;
+    core.mail_delivery.test_send(key, recipient).await?;
+    Ok(Json(json!({"ok": true})).into_response())
 }
 
 /// The administrator behind the request: 401 anonymous, 403 anyone but an administrator's own

@@ -18,8 +18,9 @@ use k2b_core::mail::accept::{self, MailContext, Refused};
 use k2b_core::mail::attachments::{self, pending_upload};
 use k2b_core::mail::objects::ObjectStore;
 use k2b_core::mail::policy::{self, Caller};
+use k2b_core::mail::record::MessageRow;
 use k2b_core::mail::validate::{self, INVALID_FILTER};
-use k2b_core::mail::{MailCode, MailError, MailFault, log};
+use k2b_core::mail::{MailCode, MailError, MailFault, log, settle};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -168,24 +169,27 @@ async fn send(
     let message = checked(&ctx, &caller, &headers, body, validate::parse_message).await?;
     let sent = accept::send(&ctx, &caller, message).await?;
     // A known key answers its message as it is; a new one waits for the outcome: delivery
-    // settles the message, or it is retried later.
+    // settles the message (its settle signal wakes the wait), or it is retried later.
     let mut row = sent.row;
-    while sent.created
-        && matches!(row.status.as_str(), "queued" | "sending")
-        && !(row.status == "queued" && row.attempt_count > 0)
-    {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            break;
-        }
-        tokio::time::sleep(SEND_POLL.min(deadline - now)).await;
-        match accept::find_by_id(&core.pool, row.id).await {
-            Ok(Some(fresh)) => row = fresh,
-            Ok(None) => break,
-            Err(error) => {
-                tracing::warn!(error = %error, "send: message not re-read while waiting");
-                break;
+    let waiting = |row: &MessageRow| {
+        matches!(row.status.as_str(), "queued" | "sending")
+            && !(row.status == "queued" && row.attempt_count > 0)
+    };
+    if sent.created && waiting(&row) && tokio::time::Instant::now() < deadline {
+        let id = row.id;
+        let pool = core.pool.clone();
+        let settled = settle::wait_for(&core.pool, id, deadline, SEND_POLL, || {
+            let pool = pool.clone();
+            async move {
+                match accept::find_by_id(&pool, id).await? {
+                    Some(fresh) => Ok((!waiting(&fresh), Some(fresh))),
+                    None => Ok((true, None)),
+                }
             }
+        })
+        .await;
+        if let Some(Some(fresh)) = settled {
+            row = fresh;
         }
     }
     Ok(Json(row.for_app(&caller.app_id)).into_response())

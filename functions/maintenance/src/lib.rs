@@ -3,6 +3,8 @@
 //! Each task is bounded (a fixed number of rows per run), so a backlog drains over several runs
 //! instead of one long invocation.
 
+pub mod notices;
+
 use std::time::Duration;
 
 use k2b_core::Core;
@@ -12,10 +14,11 @@ use k2b_core::pwa::{self, PwaError};
 use k2b_core::registry::{RegistryError, store};
 use serde::Serialize;
 
-/// The function: the database only.
+/// The function: the database, and the wake-up queue (the pairing notices it hands to outgoing
+/// mail are delivered by the `outbox` function).
 pub const FUNCTION: Function = Function {
     name: "maintenance",
-    needs: Needs::DATABASE,
+    needs: Needs::DATABASE.with_wakeups(),
 };
 
 /// The scheduled handler: any schedule payload (an EventBridge "Scheduled Event" envelope or a
@@ -49,6 +52,8 @@ pub struct MaintenanceReport {
     /// Local mode: attachment files past their lifetime removed from the folder store (S3's
     /// lifecycle rule does this when deployed).
     pub mail_files_purged: u64,
+    /// "New phone paired" notices.
+    pub pairing_notices: notices::NoticeReport,
 }
 
 /// The maintenance area's one error type.
@@ -77,12 +82,14 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     } else {
         0
     };
+    let pairing_notices = notices::run(core).await?;
     let report = MaintenanceReport {
         registry_pruned,
         help_corpora_deleted,
         pwa,
         mail_objects_forgotten,
         mail_files_purged,
+        pairing_notices,
     };
     if report == MaintenanceReport::default() {
         tracing::debug!("maintenance run finished: nothing to do");
@@ -95,6 +102,8 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
             devices_purged = report.pwa.devices_purged,
             mail_objects_forgotten = report.mail_objects_forgotten,
             mail_files_purged = report.mail_files_purged,
+            pairing_notices_sent = report.pairing_notices.sent,
+            pairing_notices_deferred = report.pairing_notices.deferred,
             "maintenance run finished"
         );
     }

@@ -3,7 +3,9 @@
 //! - SQS trigger (the wake-up queue): one pass per distinct outbox named in the batch; the
 //!   message ids of outboxes whose pass failed are reported as `batchItemFailures`, so only they
 //!   come back (and land in the dead-letter queue after repeated failures).
-//! - Schedule trigger: a pass of every outbox with rows (lost wake-ups, retries that fell due).
+//! - Schedule trigger (every minute): a pass of every outbox with rows (lost wake-ups, retries
+//!   that fell due), which for outgoing mail is its recovery scan; a wake-up delayed by 30 s runs
+//!   the scan again half a minute later; and once a day from 00:00 UTC the mail retention.
 //!
 //! Passes stop claiming when the invocation has less than a claim period (plus a margin) left.
 
@@ -13,25 +15,38 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use k2b_core::Core;
 use k2b_core::config::Needs;
 use k2b_core::lambda::{EventFuture, Function, Invocation};
+use k2b_core::mail::MailError;
+use k2b_core::mail::delivery::{RECOVERY_PERIOD, recovery_wakeup};
+use k2b_core::mail::retention::{self, Removed};
 use k2b_core::outbox::{Drainer, OutboxError, OutboxRef, PassOutcome};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// The function: the database and both queues (it publishes live updates and sends delayed
-/// wake-ups for retries). It reads no setting.
+/// The function: the database, both queues (it publishes live updates and sends delayed
+/// wake-ups for retries), the settings (the SMTP passwords of mail profiles, the retention) and
+/// the attachment objects of outgoing mail.
 pub const FUNCTION: Function = Function {
     name: "outbox",
-    needs: Needs::DATABASE.with_queues(),
+    needs: Needs::DATABASE
+        .with_queues()
+        .with_settings()
+        .with_mail_objects(),
 };
 
 /// The handler of both triggers, passes bounded by the invocation's deadline.
 pub fn handler(core: Core) -> impl Fn(Invocation) -> EventFuture {
     let drainer = std::sync::Arc::new(core.drainer());
     move |invocation| {
-        let drainer = drainer.clone();
+        let (core, drainer) = (core.clone(), drainer.clone());
         Box::pin(async move {
-            Ok(handle(&drainer, invocation.payload, Some(invocation.deadline)).await?)
+            Ok(handle(
+                &core,
+                &drainer,
+                invocation.payload,
+                Some(invocation.deadline),
+            )
+            .await?)
         })
     }
 }
@@ -73,6 +88,9 @@ pub struct SweepReport {
     pub outboxes: usize,
     pub drained: u64,
     pub failed: usize,
+    /// The day's mail retention, when this run did it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mail_retention: Option<Removed>,
 }
 
 /// A pass of every outbox with rows.
@@ -113,8 +131,44 @@ pub fn is_sqs_event(payload: &Value) -> bool {
         == Some("aws:sqs")
 }
 
+/// The schedule's run: the recovery scan again in half a minute (a delayed wake-up), the sweep
+/// now, and the day's mail retention if no run did it yet today.
+pub async fn scheduled(
+    core: &Core,
+    drainer: &Drainer,
+    deadline: Option<Instant>,
+) -> Result<SweepReport, OutboxError> {
+    core.wakeups
+        .wake_later(recovery_wakeup(), RECOVERY_PERIOD)
+        .await;
+    let mut report = sweep(drainer, deadline).await?;
+    report.mail_retention = mail_retention(core).await;
+    Ok(report)
+}
+
+/// The day's retention of outgoing mail, once a day across every environment; failures are
+/// logged (tomorrow's run takes what is left).
+async fn mail_retention(core: &Core) -> Option<Removed> {
+    let run = async {
+        if !retention::claim_today(&core.pool).await? {
+            return Ok::<_, MailError>(None);
+        }
+        let policy = k2b_core::mail::admin::retention(&core.settings).await?;
+        let store = core.mail_objects.store().await;
+        retention::run(&core.pool, store, policy).await.map(Some)
+    };
+    match run.await {
+        Ok(removed) => removed,
+        Err(error) => {
+            tracing::warn!(error = %error, "outgoing mail retention failed");
+            None
+        }
+    }
+}
+
 /// Handles any event of the function: an SQS batch or a schedule.
 pub async fn handle(
+    core: &Core,
     drainer: &Drainer,
     payload: Value,
     deadline: Option<Instant>,
@@ -125,6 +179,6 @@ pub async fn handle(
         let response = handle_wakeups(drainer, event, deadline).await;
         return serde_json::to_value(response).map_err(|e| OutboxError::Queue(e.to_string()));
     }
-    let report = sweep(drainer, deadline).await?;
+    let report = scheduled(core, drainer, deadline).await?;
     serde_json::to_value(report).map_err(|e| OutboxError::Queue(e.to_string()))
 }

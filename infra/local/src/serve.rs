@@ -15,6 +15,7 @@ use k2b_core::db;
 use k2b_core::help::CompiledHelp;
 use k2b_core::http::routes::Routes;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
+use k2b_core::smtp_sink::{Received, SmtpSink};
 use serde_json::{Value, json};
 
 use crate::{admin, demo};
@@ -23,8 +24,12 @@ pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3000);
 /// The maintenance schedule (the deployed function runs every minute too).
 const MAINTENANCE_PERIOD: Duration = Duration::from_secs(60);
-/// The outbox sweep (the deployed `outbox` function's schedule).
+/// The outbox sweep (the deployed `outbox` function's schedule; it re-arms outgoing mail's
+/// recovery scan half a minute later).
 const OUTBOX_SWEEP_PERIOD: Duration = Duration::from_secs(60);
+
+/// The local SMTP sink, when the runner started one.
+static MAIL_SINK: std::sync::OnceLock<SmtpSink> = std::sync::OnceLock::new();
 /// Identity key maintenance (the deployed `keys` function runs every minute).
 const KEYS_PERIOD: Duration = Duration::from_secs(60);
 /// Registry heartbeat of the demo apps: a third of the registry TTL, like a real app's.
@@ -57,6 +62,7 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
         .await
         .context("cannot store app.url")?;
     demo::seed(&core).await?;
+    start_mail_sink(&core).await;
     core.identity
         .initialize()
         .await
@@ -124,6 +130,7 @@ pub fn router(core: Core) -> Router {
         .get("/healthz", healthz)
         .get("/_local/live-events", live_events)
         .post("/_local/outbox/sweep", sweep_now)
+        .get("/_local/mail", sink_mail)
         .with_state(core.clone());
     k2b_core::lambda::front_door(
         own.merge(registry::routes(core.clone()))
@@ -134,6 +141,89 @@ pub fn router(core: Core) -> Router {
             .merge(mail::routes(core.clone()))
             .merge(approvals::routes(core)),
     )
+}
+
+/// Starts the SMTP sink the seeded `local` mail profile delivers to (`K2B_LOCAL_SMTP_PORT`,
+/// 2525 by default; `K2B_LOCAL_SMTP_SINK=off` leaves the port to a server of your own). Each
+/// message is printed in one line and kept as an `.eml` file.
+async fn start_mail_sink(core: &Core) {
+    if std::env::var("K2B_LOCAL_SMTP_SINK").is_ok_and(|v| v.eq_ignore_ascii_case("off")) {
+        return;
+    }
+    let port = std::env::var("K2B_LOCAL_SMTP_PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or(demo::DEFAULT_SMTP_PORT);
+    let address = SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), port);
+    let sink = match SmtpSink::start(address).await {
+        Ok(sink) => sink,
+        Err(error) => {
+            println!(
+                "mail sink not started on {address} ({error}); mail goes to whatever listens there"
+            );
+            return;
+        }
+    };
+    let dir = core
+        .config
+        .mail_dir
+        .parent()
+        .map(|data| data.join("mail-sink"))
+        .unwrap_or_else(|| std::env::temp_dir().join("k2b-mail-sink"));
+    println!(
+        "mail sink listening on smtp://{address} (messages kept in {})",
+        dir.display()
+    );
+    sink.on_message(move |message| keep_mail(&dir, message));
+    MAIL_SINK.set(sink).ok();
+}
+
+fn keep_mail(dir: &std::path::Path, message: &Received) {
+    let subject = message.header("Subject").unwrap_or_default();
+    let id = message.header("Message-ID").unwrap_or_default();
+    let name = format!(
+        "{}-{}.eml",
+        chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f"),
+        id.trim_matches(['<', '>'])
+            .split('@')
+            .next()
+            .unwrap_or("message")
+    );
+    let path = dir.join(name);
+    let kept = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &message.data));
+    match kept {
+        Ok(()) => println!(
+            "mail received: to {} subject {:?} -> {}",
+            message.to.join(", "),
+            subject,
+            path.display()
+        ),
+        Err(error) => println!(
+            "mail received: to {} subject {:?} (not kept: {error})",
+            message.to.join(", "),
+            subject
+        ),
+    }
+}
+
+/// Local only: what the mail sink received, oldest first.
+async fn sink_mail() -> Response {
+    let messages: Vec<Value> = MAIL_SINK
+        .get()
+        .map(SmtpSink::received)
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            json!({
+                "from": m.from,
+                "to": m.to,
+                "subject": m.header("Subject"),
+                "messageId": m.header("Message-ID"),
+                "data": m.data,
+            })
+        })
+        .collect();
+    Json(json!({ "messages": messages })).into_response()
 }
 
 /// Local only: drain every outbox now (instead of waiting for the minute's sweep).
@@ -264,11 +354,12 @@ fn start_timers(core: &Core, heartbeat: Heartbeat) {
                 });
             }
         });
+        let sweep_core = core.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(OUTBOX_SWEEP_PERIOD);
             loop {
                 ticks.tick().await;
-                if let Err(error) = outbox::sweep(&drainer, None).await {
+                if let Err(error) = outbox::scheduled(&sweep_core, &drainer, None).await {
                     tracing::warn!(error = %error, "outbox sweep failed");
                 }
             }

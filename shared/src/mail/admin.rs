@@ -169,19 +169,6 @@ fn unknown_message() -> MailError {
     MailError::fault(MailCode::MessageUnknown, "Unknown outgoing mail message.")
 }
 
-fn refs_of(value: Option<Value>) -> Vec<String> {
-    value
-        .as_ref()
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|k| k.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Cancels one queued message and deletes its attachments.
 pub async fn cancel_message(
     pool: &PgPool,
@@ -213,8 +200,10 @@ pub async fn cancel_message(
         .request_id(admin.request_id.clone())
         .meta("app", app_id);
     audit::record(&mut tx, &event).await?;
+    // A send waiting for this message learns of it now.
+    super::settle::notify(&mut tx, id).await?;
     tx.commit().await?;
-    attachments::release(pool, objects, &refs_of(refs)).await;
+    attachments::release(pool, objects, &attachments::refs_of(refs.as_ref())).await;
     Ok(())
 }
 
@@ -274,7 +263,7 @@ pub async fn cancel_batch(
     tx.commit().await?;
     let refs: Vec<String> = queued
         .into_iter()
-        .flat_map(|(_, _, refs)| refs_of(refs))
+        .flat_map(|(_, _, refs)| attachments::refs_of(refs.as_ref()))
         .collect();
     attachments::release(pool, objects, &refs).await;
     Ok(ids.len() as u64)

@@ -95,6 +95,19 @@ async fn reserve(
     Ok(())
 }
 
+/// The object keys a message's `attachment_refs` holds (none when null).
+pub fn refs_of(value: Option<&serde_json::Value>) -> Vec<String> {
+    value
+        .and_then(serde_json::Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|k| k.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Deletes objects and their accounting (failures are logged: the store expires them anyway).
 pub async fn release(pool: &PgPool, store: &ObjectStore, keys: &[String]) {
     if keys.is_empty() {

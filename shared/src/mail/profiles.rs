@@ -422,6 +422,18 @@ pub async fn delete(pool: &PgPool, key: &str, admin: &AdminActor) -> Result<(), 
     Ok(())
 }
 
+/// Records an administrator's test send through a profile (before it is attempted; never the
+/// recipient).
+pub async fn audit_test(pool: &PgPool, key: &str, admin: &AdminActor) -> Result<(), MailError> {
+    let event = AuditRecord::new("outgoing_mail.profile.test", Outcome::Allowed)
+        .actor(admin.audit())
+        .target(AuditTarget::new("outgoing_mail.profile", key))
+        .request_id(admin.request_id.clone());
+    let mut conn = pool.acquire().await?;
+    audit::record(&mut conn, &event).await?;
+    Ok(())
+}
+
 /// Makes a profile the default.
 pub async fn make_default(
     pool: &PgPool,

@@ -12,17 +12,27 @@ use super::engine::Outbox;
 use super::live::LiveOutboxes;
 use super::{OutboxError, OutboxRef};
 
-/// A family of outboxes this bundle drains (live updates now; mail delivery later).
+/// A family of outboxes this bundle drains (live updates, outgoing mail).
 pub trait OutboxResolver: Send + Sync {
-    /// The outbox a wake-up names, if it belongs to this family.
-    fn resolve(&self, target: &OutboxRef) -> Option<Arc<Outbox>>;
-    /// Every outbox of the family that has rows (for the sweep).
+    /// The pass a wake-up asks for, if it names an outbox of this family; it ends by
+    /// `deadline` and returns how many rows it settled.
+    fn pass(
+        &self,
+        target: &OutboxRef,
+        deadline: Option<Instant>,
+    ) -> Option<BoxFuture<'_, Result<u64, Arc<OutboxError>>>>;
+    /// What the sweep passes over: every outbox of the family with rows due.
     fn with_rows(&self) -> BoxFuture<'_, Result<Vec<OutboxRef>, OutboxError>>;
 }
 
 impl OutboxResolver for LiveOutboxes {
-    fn resolve(&self, target: &OutboxRef) -> Option<Arc<Outbox>> {
-        LiveOutboxes::resolve(self, target)
+    fn pass(
+        &self,
+        target: &OutboxRef,
+        deadline: Option<Instant>,
+    ) -> Option<BoxFuture<'_, Result<u64, Arc<OutboxError>>>> {
+        let outbox: Arc<Outbox> = LiveOutboxes::resolve(self, target)?;
+        Some(async move { outbox.reconcile_until(deadline).await }.boxed())
     }
     fn with_rows(&self) -> BoxFuture<'_, Result<Vec<OutboxRef>, OutboxError>> {
         LiveOutboxes::with_rows(self).boxed()
@@ -46,9 +56,18 @@ impl Drainer {
         Drainer { resolvers }
     }
 
-    /// The outbox of a wake-up, if any resolver knows it.
-    pub fn resolve(&self, target: &OutboxRef) -> Option<Arc<Outbox>> {
-        self.resolvers.iter().find_map(|r| r.resolve(target))
+    /// The pass of a wake-up, if any resolver knows its outbox.
+    fn pass(
+        &self,
+        target: &OutboxRef,
+        deadline: Option<Instant>,
+    ) -> Option<BoxFuture<'_, Result<u64, Arc<OutboxError>>>> {
+        self.resolvers.iter().find_map(|r| r.pass(target, deadline))
+    }
+
+    /// Whether a resolver knows the outbox of a wake-up.
+    pub fn knows(&self, target: &OutboxRef) -> bool {
+        self.pass(target, None).is_some()
     }
 
     /// One pass per distinct known target, concurrently. Unknown targets are skipped (a
@@ -61,11 +80,11 @@ impl Drainer {
         let distinct: BTreeSet<OutboxRef> = targets.into_iter().collect();
         let mut passes = Vec::new();
         for target in distinct {
-            match self.resolve(&target) {
-                Some(outbox) => passes.push(async move {
-                    let result = outbox.reconcile_until(deadline).await;
+            match self.pass(&target, deadline) {
+                Some(pass) => passes.push(async move {
+                    let result = pass.await;
                     if let Err(error) = &result {
-                        tracing::warn!(outbox = %outbox.config().name, error = %error, "Outbox reconcile failed");
+                        tracing::warn!(table = %target.table, filter = ?target.filter, error = %error, "outbox pass failed");
                     }
                     PassOutcome { target, result }
                 }),

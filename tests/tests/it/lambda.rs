@@ -8,6 +8,7 @@ mod deadlines;
 mod events;
 mod help_api;
 mod mail_api;
+mod mail_delivery;
 mod routes;
 mod startup;
 mod stream;

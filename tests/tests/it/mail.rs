@@ -3,9 +3,12 @@
 
 mod accept;
 mod admin;
+mod aiosmtpd;
 mod attachments;
 mod commit;
+mod delivery;
 mod log;
+mod retention;
 
 use std::collections::HashMap;
 use std::time::Duration;

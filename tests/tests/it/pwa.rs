@@ -5,6 +5,7 @@ mod admin;
 mod concurrency;
 mod devices;
 mod flow;
+mod notice;
 mod renewal;
 mod runner;
 mod transport;

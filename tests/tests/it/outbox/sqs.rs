@@ -69,17 +69,23 @@ struct Broken {
 }
 
 impl OutboxResolver for Broken {
-    fn resolve(&self, target: &OutboxRef) -> Option<Arc<Outbox>> {
-        (target.table == "inventory.missing").then(|| {
-            Arc::new(
-                Outbox::new(
-                    self.pool.clone(),
-                    OutboxConfig::new("inventory.missing", "missing", "item_id", "seq"),
-                    super::Recorder::new() as Arc<dyn k2b_core::outbox::Publisher>,
-                )
-                .expect("outbox"),
+    fn pass(
+        &self,
+        target: &OutboxRef,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Option<BoxFuture<'_, Result<u64, Arc<OutboxError>>>> {
+        if target.table != "inventory.missing" {
+            return None;
+        }
+        let outbox = Arc::new(
+            Outbox::new(
+                self.pool.clone(),
+                OutboxConfig::new("inventory.missing", "missing", "item_id", "seq"),
+                super::Recorder::new() as Arc<dyn k2b_core::outbox::Publisher>,
             )
-        })
+            .expect("outbox"),
+        );
+        Some(async move { outbox.reconcile_until(deadline).await }.boxed())
     }
     fn with_rows(&self) -> BoxFuture<'_, Result<Vec<OutboxRef>, OutboxError>> {
         async { Ok(Vec::new()) }.boxed()
@@ -144,7 +150,8 @@ async fn wakeups_through_sqs_publish_to_the_fifo_queue_and_failures_are_reported
         ("m-3".into(), broken.to_message()),
         ("m-4".into(), "not a wake-up".into()),
     ]);
-    let response = outbox::handle(&drainer, event, None)
+    let core = k2b_tests::core_for(&db);
+    let response = outbox::handle(&core, &drainer, event, None)
         .await
         .expect("handled");
     assert_eq!(
