@@ -145,21 +145,9 @@ pub async fn content(pool: &PgPool, id: Uuid, admin: &AdminActor) -> Result<Valu
     Ok(match purged_at {
         Some(at) => json!({"purged": true, "contentPurgedAt": at}),
         None => {
-            let headers: BTreeMap<String, String> = headers
-                .as_ref()
-                .and_then(Value::as_array)
-                .map(|items| {
-                    items
-                        .iter()
-                        .filter_map(|h| {
-                            Some((
-                                h.get("name")?.as_str()?.to_string(),
-                                h.get("value")?.as_str()?.to_string(),
-                            ))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let headers: BTreeMap<String, String> = super::record::stored_headers(headers.as_ref())
+                .into_iter()
+                .collect();
             json!({"purged": false, "text": text, "html": html, "headers": headers})
         }
     })

@@ -205,23 +205,6 @@ fn failures_json(failures: &[smtp::Rejection], at: DateTime<Utc>) -> Value {
     )
 }
 
-fn headers_of(value: Option<&Value>) -> Vec<(String, String)> {
-    value
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|h| {
-                    Some((
-                        h.get("name")?.as_str()?.to_string(),
-                        h.get("value")?.as_str()?.to_string(),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The profile as an attempt connects with it.
 #[derive(Debug, sqlx::FromRow)]
 struct SmtpProfile {
@@ -558,14 +541,8 @@ impl MailDelivery {
                 });
             }
         };
-        let password = match &profile.smtp_password_encrypted {
-            Some(sealed) => Some(
-                self.settings
-                    .unseal(&super::profiles::password_label(profile_id), sealed)?,
-            ),
-            None => None,
-        };
-        let headers = headers_of(claimed.headers.as_ref());
+        let password = self.password(&profile)?;
+        let headers = super::record::stored_headers(claimed.headers.as_ref());
         let display_name = rules::display_name(
             claimed.from_name.as_deref(),
             profile.from_name.as_deref(),
@@ -584,16 +561,7 @@ impl MailDelivery {
             message_id: &claimed.message_id_header,
             attachments,
         };
-        let port = u16::try_from(profile.smtp_port).unwrap_or(25);
-        let server = Server {
-            host: &profile.smtp_host,
-            port,
-            secure: profile.smtp_secure,
-            user: profile.smtp_user.as_deref(),
-            password: password.as_deref(),
-            extra_roots: &self.extra_roots,
-            hello: &self.hello,
-        };
+        let server = self.server(&profile, password.as_deref());
         // 6–8. One conversation, classified.
         Ok(match smtp::send(&server, &outgoing).await {
             Ok(accepted) => Ending::Sent {
@@ -783,6 +751,29 @@ impl MailDelivery {
         Ok(Some(ending))
     }
 
+    /// The profile's SMTP password, opened (sealed under its own id).
+    fn password(&self, profile: &SmtpProfile) -> Result<Option<String>, MailError> {
+        let label = super::profiles::password_label(profile.id);
+        Ok(profile
+            .smtp_password_encrypted
+            .as_deref()
+            .map(|sealed| self.settings.unseal(&label, sealed))
+            .transpose()?)
+    }
+
+    /// Where and how to connect for `profile`.
+    fn server<'a>(&'a self, profile: &'a SmtpProfile, password: Option<&'a str>) -> Server<'a> {
+        Server {
+            host: &profile.smtp_host,
+            port: u16::try_from(profile.smtp_port).unwrap_or(25),
+            secure: profile.smtp_secure,
+            user: profile.smtp_user.as_deref(),
+            password,
+            extra_roots: &self.extra_roots,
+            hello: &self.hello,
+        }
+    }
+
     /// An administrator's test message through a profile, sent at once outside the queue;
     /// a failure is `smtp_failed` with the server's redacted answer.
     pub async fn test_send(&self, profile_key: &str, recipient: &str) -> Result<(), MailError> {
@@ -798,14 +789,8 @@ impl MailDelivery {
                 "Unknown outgoing mail profile.",
             ));
         };
-        let (profile_id, name) = (profile.id, profile.name.clone());
-        let password = match &profile.smtp_password_encrypted {
-            Some(sealed) => Some(
-                self.settings
-                    .unseal(&super::profiles::password_label(profile_id), sealed)?,
-            ),
-            None => None,
-        };
+        let name = profile.name.clone();
+        let password = self.password(&profile)?;
         let to = [recipient.to_string()];
         let id = Uuid::new_v4();
         let message_id = rules::message_id_header(id, &profile.from_address);
@@ -827,15 +812,7 @@ impl MailDelivery {
             message_id: &message_id,
             attachments: Vec::new(),
         };
-        let server = Server {
-            host: &profile.smtp_host,
-            port: u16::try_from(profile.smtp_port).unwrap_or(25),
-            secure: profile.smtp_secure,
-            user: profile.smtp_user.as_deref(),
-            password: password.as_deref(),
-            extra_roots: &self.extra_roots,
-            hello: &self.hello,
-        };
+        let server = self.server(&profile, password.as_deref());
         match smtp::send(&server, &outgoing).await {
             Ok(accepted) if accepted.rejected.is_empty() => Ok(()),
             Ok(accepted) => Err(MailError::fault(
@@ -1020,7 +997,7 @@ mod tests {
     fn stored_headers_and_refs_read_back() {
         let headers = json!([{"name": "X-App", "value": "a"}, {"bad": 1}]);
         assert_eq!(
-            headers_of(Some(&headers)),
+            crate::mail::record::stored_headers(Some(&headers)),
             vec![("X-App".to_string(), "a".to_string())]
         );
         assert_eq!(

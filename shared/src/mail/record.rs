@@ -11,6 +11,24 @@ pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.profile_key, m.to_addresses
      m.error_message, m.smtp_response, m.failures, m.attempt_count, m.actor_id, m.actor_name, \
      m.created_at, m.sent_at, m.content_purged_at, m.created_at::text AS created_at_text";
 
+/// The custom headers a message row keeps (`[{name, value}]`), in their order.
+pub fn stored_headers(value: Option<&Value>) -> Vec<(String, String)> {
+    value
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|h| {
+                    Some((
+                        h.get("name")?.as_str()?.to_string(),
+                        h.get("value")?.as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// One message row as listed.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MessageRow {

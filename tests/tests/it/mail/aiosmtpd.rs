@@ -3,7 +3,6 @@
 //! attempt fails on TLS and is retried, never sent in the clear.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use k2b_core::mail::delivery::{Job, MailDelivery};
@@ -78,6 +77,43 @@ impl Aiosmtpd {
     fn received(&self) -> String {
         std::fs::read_to_string(&self.output).unwrap_or_default()
     }
+
+    /// What the server printed once it printed a whole message (or after 5 s).
+    async fn printed_message(&self) -> String {
+        let mut printed = String::new();
+        for _ in 0..50 {
+            printed = self.received();
+            if printed.contains("END MESSAGE") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        printed
+    }
+}
+
+impl MailSite {
+    /// Points profile `alerts` at `server` (no SMTP user), with TLS from the first byte or not.
+    async fn use_aiosmtpd(&self, server: &Aiosmtpd, secure: bool) {
+        self.update_profile(
+            "alerts",
+            json!({"smtpHost": "127.0.0.1", "smtpPort": server.port, "smtpSecure": secure,
+                   "smtpUser": null, "smtpPassword": null}),
+        )
+        .await;
+    }
+
+    /// A delivery of this site's core that trusts `roots` besides the public ones.
+    fn delivery_trusting(&self, roots: Vec<Vec<u8>>) -> MailDelivery {
+        let core = &self.core;
+        MailDelivery::new(
+            core.pool.clone(),
+            core.settings.clone(),
+            core.mail_objects.clone(),
+            core.wakeups.clone(),
+            roots,
+        )
+    }
 }
 
 impl Drop for Aiosmtpd {
@@ -91,28 +127,13 @@ impl Drop for Aiosmtpd {
 async fn delivery_to_aiosmtpd_uses_starttls_and_checks_the_certificate() {
     let server = Aiosmtpd::start(false);
     let site = MailSite::start().await;
-    site.update_profile(
-        "alerts",
-        json!({"smtpHost": "127.0.0.1", "smtpPort": server.port, "smtpSecure": false,
-               "smtpUser": null, "smtpPassword": null}),
-    )
-    .await;
-    let core = &site.core;
-    let delivery = |roots: Vec<Vec<u8>>| {
-        MailDelivery::new(
-            core.pool.clone(),
-            core.settings.clone(),
-            core.mail_objects.clone(),
-            core.wakeups.clone(),
-            roots,
-        )
-    };
+    site.use_aiosmtpd(&server, false).await;
 
     // Not trusted: the attempt fails on TLS (no SMTP code), to be retried.
     let untrusted = site
         .queued(SENDER, message("first@example.org", "Untrusted"))
         .await;
-    delivery(Vec::new())
+    site.delivery_trusting(Vec::new())
         .run(Job::Message(untrusted), None)
         .await
         .expect("pass");
@@ -123,7 +144,7 @@ async fn delivery_to_aiosmtpd_uses_starttls_and_checks_the_certificate() {
     assert!(!server.received().contains("Untrusted"));
 
     // Trusted as an extra root: STARTTLS, then the message.
-    let trusted = Arc::new(delivery(vec![server.certificate.clone()]));
+    let trusted = site.delivery_trusting(vec![server.certificate.clone()]);
     let id = site
         .queued(SENDER, message("second@example.org", "Over STARTTLS"))
         .await;
@@ -136,14 +157,7 @@ async fn delivery_to_aiosmtpd_uses_starttls_and_checks_the_certificate() {
             .is_some_and(|r| r.starts_with("250")),
         "{row}"
     );
-    let mut printed = String::new();
-    for _ in 0..50 {
-        printed = server.received();
-        if printed.contains("END MESSAGE") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let printed = server.printed_message().await;
     assert!(printed.contains("Subject: Over STARTTLS"), "{printed}");
     assert!(
         printed.contains(row["message_id_header"].as_str().expect("id")),
@@ -157,33 +171,14 @@ async fn delivery_to_aiosmtpd_uses_starttls_and_checks_the_certificate() {
 async fn delivery_to_aiosmtpd_over_implicit_tls() {
     let server = Aiosmtpd::start(true);
     let site = MailSite::start().await;
-    site.update_profile(
-        "alerts",
-        json!({"smtpHost": "127.0.0.1", "smtpPort": server.port, "smtpSecure": true,
-               "smtpUser": null, "smtpPassword": null}),
-    )
-    .await;
-    let core = &site.core;
-    let delivery = MailDelivery::new(
-        core.pool.clone(),
-        core.settings.clone(),
-        core.mail_objects.clone(),
-        core.wakeups.clone(),
-        vec![server.certificate.clone()],
-    );
+    site.use_aiosmtpd(&server, true).await;
+    let delivery = site.delivery_trusting(vec![server.certificate.clone()]);
     let id = site
         .queued(SENDER, message("third@example.org", "Over SMTPS"))
         .await;
     delivery.run(Job::Message(id), None).await.expect("pass");
     let row = site.row(id).await;
     assert_eq!(row["status"], "sent", "{row}");
-    let mut printed = String::new();
-    for _ in 0..50 {
-        printed = server.received();
-        if printed.contains("END MESSAGE") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let printed = server.printed_message().await;
     assert!(printed.contains("Subject: Over SMTPS"), "{printed}");
 }
