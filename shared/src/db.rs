@@ -10,6 +10,7 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::config::Config;
 
+pub mod notify;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

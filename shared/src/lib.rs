@@ -9,6 +9,7 @@ pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod branding;
+pub mod cloud_login;
 pub mod config;
 pub mod cpu;
 pub mod db;
@@ -61,6 +62,9 @@ pub struct CoreInner {
     pub memory_live: Option<Arc<MemoryLivePublisher>>,
     /// The last installation logo parsed (the icons, the manifest and the worker script read it).
     pub icon_source: branding::IconSourceMemo,
+    /// Postgres notifications this execution environment listens to (one connection per
+    /// channel, shared by every waiting request).
+    pub notifications: Arc<db::notify::Notifications>,
     /// Where outgoing mail attachments are kept (S3, or a local folder in local mode).
     pub mail_objects: Arc<mail::MailObjects>,
     /// Delivery of outgoing mail (the `outbox` function and the local runner run it).
@@ -121,7 +125,9 @@ impl Core {
             wakeups.clone(),
             config.smtp_extra_roots.clone(),
         ));
+        let notifications = Arc::new(db::notify::Notifications::new(pool.clone()));
         Core(Arc::new(CoreInner {
+            notifications,
             mail_objects,
             mail_delivery,
             config,

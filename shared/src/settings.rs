@@ -122,6 +122,33 @@ impl Settings {
         self.read_with(conn, def).await
     }
 
+    /// Reads several settings on `conn` in one round trip, bypassing the cache; the values come
+    /// back in the order of `keys`.
+    pub async fn get_many_uncached(
+        &self,
+        conn: &mut PgConnection,
+        keys: &[&str],
+    ) -> Result<Vec<Value>, SettingsError> {
+        let defs = keys
+            .iter()
+            .map(|key| {
+                definitions::find(key).ok_or_else(|| SettingsError::Unknown(key.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<&str> = defs.iter().map(|def| def.key).collect();
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT key, value FROM settings.entries WHERE key = ANY($1)")
+                .bind(&names)
+                .fetch_all(conn)
+                .await?;
+        defs.iter()
+            .map(|def| match rows.iter().find(|(key, _)| key == def.key) {
+                Some((_, stored)) => self.decode(def, stored),
+                None => Ok(self.fallback(def)),
+            })
+            .collect()
+    }
+
     async fn read_with(
         &self,
         conn: &mut PgConnection,

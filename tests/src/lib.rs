@@ -7,6 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod authenticator;
 pub mod figures;
 pub mod lambda;
 pub mod pgfault;

@@ -1,16 +1,20 @@
-//! The `approvals` function: pairing the installed mobile web app with an account.
+//! The `approvals` function: pairing the installed mobile web app with an account, and Cloud
+//! Login's authenticator apps.
 //!
 //! - Web (`/api/auth/pwa/v1/...`, a browser session only): start, inspect, confirm and cancel a
 //!   pairing; list and revoke one's own devices.
 //! - Phone (`/pwa/_auth/...`, the only path that receives the device key): claim a pairing,
 //!   complete it, renew the app session, launch, rename and unpair.
-//! - Accounts (`/api/accounts/users/{id}/app-devices`, administrators): list and revoke another
-//!   person's devices.
+//! - Cloud Login (`/api/auth/app-approval/v1/...`): authenticator apps enroll with a P-256 key
+//!   and approve browser sign-ins with signed commands.
+//! - Accounts (`/api/accounts/users/{id}/app-devices` and `/devices`, administrators): list and
+//!   revoke another person's phones and authenticators.
 //!
 //! Every PWA response is `no-store`, `no-referrer` and varies by `Origin`; every state-changing
 //! request must come from the installation's own origin.
 
 mod admin;
+mod cloud_login;
 mod phone;
 mod sessions;
 mod web;
@@ -66,7 +70,8 @@ pub fn routes(core: Core) -> Routes {
             router.method_not_allowed_fallback(|| async { PwaError::InvalidRequest })
         })
         .layer(middleware::from_fn_with_state(state.clone(), transport));
-    pwa.merge(admin::routes())
+    pwa.merge(cloud_login::routes(state.clone()))
+        .merge(admin::routes())
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }

@@ -178,7 +178,7 @@ async fn send(
     if sent.created && waiting(&row) && tokio::time::Instant::now() < deadline {
         let id = row.id;
         let pool = core.pool.clone();
-        let settled = settle::wait_for(&core.pool, id, deadline, SEND_POLL, || {
+        let settled = settle::wait_for(&core.notifications, id, deadline, SEND_POLL, || {
             let pool = pool.clone();
             async move {
                 match accept::find_by_id(&pool, id).await? {

@@ -54,6 +54,10 @@ pub struct MaintenanceReport {
     pub mail_files_purged: u64,
     /// "New phone paired" notices.
     pub pairing_notices: notices::NoticeReport,
+    /// Cloud Login: expired pairings, sign-ins and used command ids deleted.
+    pub cloud_login: k2b_core::cloud_login::CleanupReport,
+    /// Cloud Login's "sign-in app enrolled" and "removed by an administrator" notices.
+    pub authenticator_notices: notices::NoticeReport,
 }
 
 /// The maintenance area's one error type.
@@ -67,6 +71,8 @@ pub enum MaintenanceError {
     Help(#[from] k2b_core::help::HelpError),
     #[error("mail: {0}")]
     Mail(#[from] k2b_core::mail::MailError),
+    #[error("cloud login: {0}")]
+    CloudLogin(#[from] k2b_core::cloud_login::CloudLoginError),
 }
 
 /// Runs every task once and logs one line saying what changed.
@@ -83,6 +89,15 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
         0
     };
     let pairing_notices = notices::run(core).await?;
+    let cloud_login = {
+        let mut conn = core
+            .pool
+            .acquire()
+            .await
+            .map_err(k2b_core::cloud_login::CloudLoginError::from)?;
+        k2b_core::cloud_login::cleanup(&mut conn).await?
+    };
+    let authenticator_notices = notices::run_cloud_login(core).await?;
     let report = MaintenanceReport {
         registry_pruned,
         help_corpora_deleted,
@@ -90,6 +105,8 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
         mail_objects_forgotten,
         mail_files_purged,
         pairing_notices,
+        cloud_login,
+        authenticator_notices,
     };
     if report == MaintenanceReport::default() {
         tracing::debug!("maintenance run finished: nothing to do");
@@ -104,6 +121,11 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
             mail_files_purged = report.mail_files_purged,
             pairing_notices_sent = report.pairing_notices.sent,
             pairing_notices_deferred = report.pairing_notices.deferred,
+            cloud_login_pairings_deleted = report.cloud_login.pairings,
+            cloud_login_logins_deleted = report.cloud_login.logins,
+            cloud_login_proofs_deleted = report.cloud_login.proofs,
+            authenticator_notices_sent = report.authenticator_notices.sent,
+            authenticator_notices_deferred = report.authenticator_notices.deferred,
             "maintenance run finished"
         );
     }

@@ -12,7 +12,7 @@ use axum::Router;
 use axum::extract::Request;
 use axum::handler::Handler;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, Route as AxumRoute, delete, get, patch, post, put};
+use axum::routing::{MethodRouter, Route as AxumRoute, delete, get, options, patch, post, put};
 use http::Method;
 use tower::{Layer, Service};
 
@@ -99,6 +99,15 @@ impl<S: Clone + Send + Sync + 'static> Routes<S> {
         T: 'static,
     {
         self.add(path, &[Method::PATCH], patch(handler))
+    }
+
+    /// `OPTIONS path` (a CORS preflight).
+    pub fn options<H, T>(self, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, S>,
+        T: 'static,
+    {
+        self.add(path, &[Method::OPTIONS], options(handler))
     }
 
     pub fn delete<H, T>(self, path: &'static str, handler: H) -> Self

@@ -126,6 +126,24 @@ pub const SETTINGS: &[SettingDef] = &[
         "FreeIPA accounts may sign in and use user-bound credentials",
     ),
     def(
+        "user.app_approval.enabled",
+        SettingKind::Boolean,
+        DefaultValue::Boolean(false),
+        "Cloud Login: authenticator apps may enroll and approve browser sign-ins",
+    ),
+    def(
+        "user.app_approval.admin_pairing",
+        SettingKind::Boolean,
+        DefaultValue::Boolean(false),
+        "Cloud Login: administrators may enroll an authenticator for another person",
+    ),
+    def(
+        "user.app_approval.origin",
+        SettingKind::Text,
+        DefaultValue::Text("https://cloud-login.pwa.k2b.dev"),
+        "Cloud Login: origin of the authenticator app (https, path /)",
+    ),
+    def(
         "user.session.expiry_hours",
         SettingKind::Number {
             min: 1.0,

@@ -1,6 +1,7 @@
 //! Black-box and cross-function tests against a real Postgres, real HTTP and real processes.
 
 mod branding;
+mod cloud_login;
 mod help;
 mod identity;
 mod keys_function;

@@ -153,7 +153,7 @@ pub struct Options {
 /// A test installation: the router on a loopback port, a database, the core.
 pub struct Pwa {
     /// Keeps the test database alive.
-    _db: TestDb,
+    pub db: TestDb,
     pub core: Core,
     pub base: String,
     pub client: reqwest::Client,
@@ -177,7 +177,7 @@ impl Pwa {
             .build()
             .expect("client");
         Pwa {
-            _db: db,
+            db,
             core,
             base,
             client,

@@ -116,6 +116,13 @@ async fn every_template_route_answers_a_rest_event_of_its_stage() {
     assert_eq!(stack.deployment.stage, "live");
     let (_, cookie) = stack.admin().await;
     crate::pwa::register_shell(&stack.core).await;
+    // Cloud Login answers 503 while switched off; on, every route reaches its handler.
+    stack
+        .core
+        .settings
+        .set("user.app_approval.enabled", serde_json::json!(true))
+        .await
+        .expect("cloud login on");
     let mut cases = Vec::new();
     let mut problems = Vec::new();
     for function in stack.deployment.functions.values() {
