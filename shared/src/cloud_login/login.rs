@@ -91,10 +91,11 @@ pub async fn start(
         [one] if enabled && !one.expired && category_of(one) == Some(category) => Some(one),
         _ => None,
     };
-    // The lock first, then a count that sees every committed request (a count in the locking
-    // statement would read the snapshot from before the wait). A decoy locks nothing.
-    sqlx::query("SELECT id FROM auth.users WHERE id = $1 FOR UPDATE")
-        .bind(candidate.map(|c| c.id))
+    // The person's starts take turns (an advisory lock on their id), then a count that sees
+    // every committed request (a count in the locking statement would read the snapshot from
+    // before the wait). A decoy locks a random id: the same work, with nobody to wait for.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('app-login:' || $1::text, 0))")
+        .bind(candidate.map_or_else(Uuid::new_v4, |c| c.id))
         .execute(&mut *tx)
         .await?;
     let open: i64 = sqlx::query_scalar(

@@ -410,3 +410,18 @@ async fn the_sixth_open_sign_in_of_a_person_is_a_decoy_and_the_device_sees_five(
             .expect("count");
     assert_eq!(owned, 5, "the sixth and seventh are decoys");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_never_open_more_than_five_requests_of_a_person() {
+    let cloud = CloudLogin::new().await;
+    cloud.person("ada", false).await;
+    let starts = (0..12).map(|_| cloud.start_login("ada", "login"));
+    let started = futures::future::join_all(starts).await;
+    assert_eq!(started.len(), 12, "every start is answered alike");
+    let owned: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM auth.app_logins WHERE user_id IS NOT NULL")
+            .fetch_one(&cloud.core().pool)
+            .await
+            .expect("count");
+    assert_eq!(owned, 5, "the rest are decoys");
+}
