@@ -30,7 +30,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::{ApprovalsState, RequestFacts, client_address, secure_cookies, with_cookies};
+use crate::{
+    ApprovalsState, RequestFacts, rate_limited, secure_cookies, with_cookies, with_privacy_headers,
+    within_rate_limit,
+};
 
 /// The paths an authenticator app calls from its own origin.
 const DEVICE_PATHS: [&str; 4] = ["/info", "/pairings/claim", "/pairings/result", "/device"];
@@ -77,18 +80,10 @@ pub(crate) fn routes(state: ApprovalsState) -> Routes<ApprovalsState> {
 
 /// The privacy headers, the Origin and CORS rules, the per-client rate limit.
 async fn transport(State(state): State<ApprovalsState>, request: Request, next: Next) -> Response {
-    let mut response = match guarded(&state, request, next).await {
+    with_privacy_headers(match guarded(&state, request, next).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
-    };
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    headers.append(header::VARY, HeaderValue::from_static("Origin"));
-    response
+    })
 }
 
 async fn guarded(
@@ -121,30 +116,8 @@ async fn guarded(
         return Err(CloudLoginError::Forbidden);
     }
     let cors = from_app.then(|| cfg.app_origin.clone()).flatten();
-    let limit = state
-        .core
-        .settings
-        .get("security.rate_limit_per_second")
-        .await
-        .ok()
-        .and_then(|v| v.as_f64())
-        .filter(|v| v.is_finite() && *v >= 1.0)
-        .map_or(60, |v| v.min(f64::from(u32::MAX)) as u32);
-    let mut response = if !state
-        .limiter
-        .allow(&format!("cloud-login:{}", client_address(&request)), limit)
-    {
-        let mut response = (
-            StatusCode::TOO_MANY_REQUESTS,
-            Json(
-                json!({"code": "RATE_LIMITED", "message": "Too many requests. Try again shortly."}),
-            ),
-        )
-            .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        response
+    let mut response = if !within_rate_limit(state, "cloud-login", &request).await {
+        rate_limited()
     } else if request.method() == Method::OPTIONS {
         StatusCode::NO_CONTENT.into_response()
     } else {

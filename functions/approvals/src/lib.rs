@@ -84,7 +84,11 @@ pub fn router(core: Core) -> Router {
 /// Transport rules of both PWA routers: the privacy headers on every response, the `Origin`
 /// check for every method but GET and HEAD, and the per-client rate limit.
 async fn transport(State(state): State<ApprovalsState>, request: Request, next: Next) -> Response {
-    let mut response = guarded(&state, request, next).await;
+    with_privacy_headers(guarded(&state, request, next).await)
+}
+
+/// `no-store`, `no-referrer` and `Vary: Origin`, on every answer of both routers.
+pub(crate) fn with_privacy_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(
@@ -92,6 +96,42 @@ async fn transport(State(state): State<ApprovalsState>, request: Request, next: 
         HeaderValue::from_static("no-referrer"),
     );
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    response
+}
+
+/// Whether the client may make one more request under `router`'s per-second limit
+/// (`security.rate_limit_per_second`, default 60).
+pub(crate) fn within_rate_limit<'a>(
+    state: &'a ApprovalsState,
+    router: &str,
+    request: &Request,
+) -> impl Future<Output = bool> + Send + 'a {
+    // Only the key is kept: the request itself is not held across the settings read.
+    let key = format!("{router}:{}", client_address(request));
+    async move {
+        let limit = state
+            .core
+            .settings
+            .get("security.rate_limit_per_second")
+            .await
+            .ok()
+            .and_then(|v| v.as_f64())
+            .filter(|v| v.is_finite() && *v >= 1.0)
+            .map_or(60, |v| v.min(f64::from(u32::MAX)) as u32);
+        state.limiter.allow(&key, limit)
+    }
+}
+
+/// 429 `RATE_LIMITED` with `Retry-After: 1`.
+pub(crate) fn rate_limited() -> Response {
+    let mut response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({"code": "RATE_LIMITED", "message": "Too many requests. Try again shortly."})),
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
 
@@ -104,15 +144,6 @@ async fn guarded(state: &ApprovalsState, request: Request, next: Next) -> Respon
     {
         return error.into_response();
     }
-    let limit = state
-        .core
-        .settings
-        .get("security.rate_limit_per_second")
-        .await
-        .ok()
-        .and_then(|v| v.as_f64())
-        .filter(|v| v.is_finite() && *v >= 1.0)
-        .map_or(60, |v| v.min(f64::from(u32::MAX)) as u32);
     let router = if request
         .uri()
         .path()
@@ -122,22 +153,11 @@ async fn guarded(state: &ApprovalsState, request: Request, next: Next) -> Respon
     } else {
         "web"
     };
-    let key = format!("{router}:{}", client_address(&request));
-    if !state.limiter.allow(&key, limit) {
+    if !within_rate_limit(state, router, &request).await {
         if request.uri().path() == "/pwa/_auth/session/launch" {
             return phone::launch_redirect(phone::UNAVAILABLE_TARGET, &[]);
         }
-        let mut response = (
-            StatusCode::TOO_MANY_REQUESTS,
-            Json(
-                json!({"code": "RATE_LIMITED", "message": "Too many requests. Try again shortly."}),
-            ),
-        )
-            .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
+        return rate_limited();
     }
     next.run(request).await
 }
