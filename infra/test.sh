@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every check CI runs, in CI's order: formatting, lints, the whole test suite, the template lint.
+# Every check CI runs, in CI's order: formatting, supply chain, lints, the whole test suite, the
+# template lint.
 # Installs what a fresh machine lacks and starts what the tests need; needs no input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,11 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   log "installing cargo-nextest"
   cargo install --locked cargo-nextest
+fi
+# Supply-chain checks (deny.toml); pinned, since newer releases may need a newer rustc.
+if ! cargo deny --version >/dev/null 2>&1; then
+  log "installing cargo-deny"
+  cargo install --locked cargo-deny --version 0.20.2
 fi
 
 # --- services ---------------------------------------------------------------------------------
@@ -60,6 +66,9 @@ fi
 # --- checks -----------------------------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all -- --check
+
+log "cargo deny check bans licenses sources"
+cargo deny check bans licenses sources
 
 log "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets -- -D warnings

@@ -1,5 +1,6 @@
-//! Who a request acts as: a bearer credential when an `Authorization` header is present, else a
-//! browser session (`session_token`), else a mobile-app session (`pwa_session`), else nobody.
+//! Who a request acts as: a bearer credential when an `Authorization` header is present (a `cld_`
+//! API key, else an OAuth access token), else a browser session (`session_token`), else a
+//! mobile-app session (`pwa_session`), else nobody.
 
 use axum::extract::{FromRef, FromRequestParts};
 use http::request::Parts;
@@ -7,11 +8,12 @@ use http::{HeaderMap, header};
 
 use crate::Core;
 use crate::auth::{
-    Actor, AuthError, AuthUser, CredentialKind, ServiceAccountActor, ServiceAccountKind,
-    SessionKind, UserActor, find_user, roles_of,
+    Actor, AuthError, AuthUser, CredentialKind, OAuthUserActor, ServiceAccountActor,
+    ServiceAccountKind, SessionKind, UserActor, find_user, find_user_by_uid, roles_of,
 };
 use crate::http::ApiError;
 use crate::http::cookies::get_cookie;
+use crate::identity::oauth::AccessPrincipal;
 use crate::identity::session::{APP_SESSION_COOKIE, SESSION_COOKIE, validate_session};
 use crate::identity::workload;
 
@@ -164,8 +166,8 @@ pub async fn authenticate(core: &Core, headers: &HeaderMap) -> Result<Actor, Aut
     if headers.contains_key(header::AUTHORIZATION) {
         return match bearer_token(headers) {
             Some(token) if token.starts_with("cld_") => api_key_actor(core, token).await,
-            // OAuth access tokens are verified by the OAuth application, not here.
-            _ => Ok(Actor::Anonymous),
+            Some(token) => oauth_actor(core, token).await,
+            None => Ok(Actor::Anonymous),
         };
     }
     for cookie in [SESSION_COOKIE, APP_SESSION_COOKIE] {
@@ -181,13 +183,18 @@ pub async fn authenticate(core: &Core, headers: &HeaderMap) -> Result<Actor, Aut
 /// The actor of a session token, if the token and its family are valid. An app session's person
 /// never carries the `admin` role.
 pub async fn session_actor(core: &Core, token: &str) -> Result<Option<Actor>, AuthError> {
-    let Some(claims) = core.identity.verify_session_token(token).await else {
+    let Some(claims) = core
+        .identity
+        .check_session_token(token)
+        .await
+        .map_err(|e| AuthError::Unavailable(e.to_string()))?
+    else {
         return Ok(None);
     };
     let mut conn = core.pool.acquire().await?;
     let valid = validate_session(&mut conn, &core.settings, &claims)
         .await
-        .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        .map_err(|e| AuthError::Unavailable(e.to_string()))?;
     let Some(valid) = valid else {
         return Ok(None);
     };
@@ -216,11 +223,12 @@ async fn api_key_actor(core: &Core, token: &str) -> Result<Actor, AuthError> {
     }
     let delegated_user = match (record.kind(), record.delegated_user_id) {
         (ServiceAccountKind::UserDelegated, Some(user_id)) => {
-            let Some(user) = find_user(&mut conn, user_id).await? else {
+            // A delegated key acts for its person only while the account can act.
+            let user = find_user(&mut conn, user_id).await?;
+            let Some(person) = usable_person(core, &mut conn, user).await? else {
                 return Ok(Actor::Anonymous);
             };
-            let roles = roles_of(&mut conn, &core.settings, &user).await?;
-            Some(AuthUser::from_record(&user, roles))
+            Some(person)
         }
         _ => None,
     };
@@ -230,8 +238,122 @@ async fn api_key_actor(core: &Core, token: &str) -> Result<Actor, AuthError> {
         delegated_user,
         credential_kind: CredentialKind::ApiKey,
         credential_id: record.credential_id.to_string(),
+        app_id: crate::auth::app_of_account(
+            record.app_id.as_deref(),
+            record.resource_type.as_deref(),
+            record.resource_id.as_deref(),
+        ),
         scopes: record.scopes,
     }))
+}
+
+/// The person a credential acts for, with their roles, if their account can act: it exists, has
+/// not expired, and its category is on.
+async fn usable_person(
+    core: &Core,
+    conn: &mut sqlx::PgConnection,
+    user: Option<crate::auth::UserRecord>,
+) -> Result<Option<AuthUser>, AuthError> {
+    let Some(user) = user.filter(|user| {
+        user.account_expires
+            .is_none_or(|at| at > chrono::Utc::now())
+    }) else {
+        return Ok(None);
+    };
+    if !core
+        .settings
+        .category_enabled(&mut *conn, user.category())
+        .await?
+    {
+        return Ok(None);
+    }
+    let roles = roles_of(&mut *conn, &core.settings, &user).await?;
+    Ok(Some(AuthUser::from_record(&user, roles)))
+}
+
+/// The actor of an OAuth access token ([`crate::identity::oauth`]): the service account it names
+/// (active; a delegated one only while its person's account lives and its category is on), or
+/// the person (by `id`, else `uid`, else `sub` as uid; not expired, category on) with the
+/// token's client and scopes. Anything else is anonymous.
+async fn oauth_actor(core: &Core, token: &str) -> Result<Actor, AuthError> {
+    let Some(claims) = core
+        .identity
+        .verify_access_token(token)
+        .await
+        .map_err(|e| AuthError::Unavailable(e.to_string()))?
+    else {
+        return Ok(Actor::Anonymous);
+    };
+    let mut conn = core.pool.acquire().await?;
+    match claims.principal {
+        AccessPrincipal::ServiceAccount(id) => {
+            #[derive(sqlx::FromRow)]
+            struct Account {
+                kind: String,
+                status: String,
+                delegated_user_id: Option<uuid::Uuid>,
+                app_id: Option<String>,
+                resource_type: Option<String>,
+                resource_id: Option<String>,
+            }
+            let account: Option<Account> = sqlx::query_as(
+                "SELECT kind, status, delegated_user_id, app_id, resource_type, resource_id
+                 FROM auth.service_accounts WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some(account) = account.filter(|a| a.status == "active") else {
+                return Ok(Actor::Anonymous);
+            };
+            let (kind, delegated_user_id) = (account.kind.as_str(), account.delegated_user_id);
+            let app_id = crate::auth::app_of_account(
+                account.app_id.as_deref(),
+                account.resource_type.as_deref(),
+                account.resource_id.as_deref(),
+            );
+            let kind = if kind == "user_delegated" {
+                ServiceAccountKind::UserDelegated
+            } else {
+                ServiceAccountKind::ResourceBound
+            };
+            let delegated_user = match (kind, delegated_user_id) {
+                (ServiceAccountKind::UserDelegated, Some(user_id)) => {
+                    let user = find_user(&mut conn, user_id).await?;
+                    let Some(person) = usable_person(core, &mut conn, user).await? else {
+                        return Ok(Actor::Anonymous);
+                    };
+                    Some(person)
+                }
+                (ServiceAccountKind::UserDelegated, None) => return Ok(Actor::Anonymous),
+                _ => None,
+            };
+            Ok(Actor::ServiceAccount(ServiceAccountActor {
+                id,
+                kind,
+                delegated_user,
+                credential_kind: CredentialKind::Oauth,
+                credential_id: String::new(),
+                scopes: claims.scopes,
+                app_id,
+            }))
+        }
+        AccessPrincipal::UserId(_) | AccessPrincipal::Uid(_) => {
+            let user = match &claims.principal {
+                AccessPrincipal::UserId(id) => find_user(&mut conn, *id).await?,
+                AccessPrincipal::Uid(uid) => find_user_by_uid(&mut conn, uid).await?,
+                AccessPrincipal::ServiceAccount(_) => None,
+            };
+            let Some(person) = usable_person(core, &mut conn, user).await? else {
+                return Ok(Actor::Anonymous);
+            };
+            Ok(Actor::OAuthUser(OAuthUserActor {
+                user: person,
+                client_id: claims.client_id,
+                scopes: claims.scopes,
+            }))
+        }
+    }
 }
 
 /// Extractor: the request's actor (anonymous when none). Fails with 503 only when the database

@@ -28,6 +28,18 @@ pub const RESERVED_SCOPES: &[&str] = &[
     "identity:oauth-issue",
 ];
 
+/// The registered app a service account belongs to: its `app_id`, or the resource id of a
+/// `cloud.app` resource.
+pub fn app_of_account(
+    app_id: Option<&str>,
+    resource_type: Option<&str>,
+    resource_id: Option<&str>,
+) -> Option<String> {
+    app_id.map(str::to_string).or_else(|| {
+        (resource_type == Some("cloud.app")).then(|| resource_id.unwrap_or_default().to_string())
+    })
+}
+
 /// Whether a credential is a reserved workload credential: resource-bound with a reserved scope.
 pub fn is_reserved_workload_credential(kind: ServiceAccountKind, scopes: &[String]) -> bool {
     kind == ServiceAccountKind::ResourceBound
@@ -45,6 +57,8 @@ pub enum AuthError {
     Settings(#[from] SettingsError),
     #[error("auth database error: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("credentials cannot be checked: {0}")]
+    Unavailable(String),
 }
 
 /// A row of `auth.users`.
@@ -276,6 +290,9 @@ pub struct ServiceAccountActor {
     pub credential_kind: CredentialKind,
     pub credential_id: String,
     pub scopes: Vec<String>,
+    /// The registered app whose workload account this is (`None` for ordinary service
+    /// accounts). An app's credential acts only as the app, on the routes made for apps.
+    pub app_id: Option<String>,
 }
 
 /// A person acting through an OAuth client with the scopes the client was granted.
@@ -332,17 +349,33 @@ impl Actor {
         }
     }
 
-    /// Whether this is an app's workload credential used as an API key: a resource-bound
-    /// account's key with a reserved scope. Such keys only work on Core's dedicated authority
-    /// routes.
+    /// Whether this is an app's workload credential used as an API key: a key of a registered
+    /// app's own account (whatever its scopes), or a resource-bound account's key with a reserved
+    /// scope. Such keys only work on the routes where an app acts as itself.
     pub fn is_reserved_workload_credential(&self) -> bool {
         match self {
-            Actor::ServiceAccount(actor) => {
-                actor.credential_kind == CredentialKind::ApiKey
-                    && is_reserved_workload_credential(actor.kind, &actor.scopes)
-            }
+            Actor::ServiceAccount(actor) => match actor.credential_kind {
+                CredentialKind::ApiKey => {
+                    actor.app_id.is_some()
+                        || is_reserved_workload_credential(actor.kind, &actor.scopes)
+                }
+                CredentialKind::Oauth => actor.app_id.is_some(),
+                CredentialKind::Session | CredentialKind::Mandate => false,
+            },
+            Actor::App(_) => true,
             _ => false,
         }
+    }
+
+    /// Whether the person behind the request may use their administrator role here: they hold
+    /// it, this is not a mobile-app session, and an OAuth credential carries the `admin` scope.
+    pub fn may_act_as_admin(&self) -> bool {
+        self.person()
+            .is_some_and(|person| person.has_role(Role::Admin))
+            && !self.is_app_session()
+            && self
+                .oauth_scopes()
+                .is_none_or(|scopes| scopes.iter().any(|s| s == "admin"))
     }
 
     /// Whether this is a mobile-app session (which never acts as an administrator).
@@ -503,6 +536,7 @@ mod tests {
             credential_kind: CredentialKind::ApiKey,
             credential_id: "c".into(),
             scopes: vec!["read".into()],
+            app_id: None,
         });
         assert!(bound.is_authenticated());
         assert!(bound.person().is_none());

@@ -62,6 +62,8 @@ pub struct Needs {
     pub live_updates: bool,
     /// `K2B_MAIL_BUCKET`: keeps outgoing mail attachments (a local folder in local mode).
     pub mail_objects: bool,
+    /// `K2B_APP_NETWORKS`: calls app origins taken from the registry.
+    pub app_calls: bool,
 }
 
 impl Needs {
@@ -72,6 +74,7 @@ impl Needs {
         wakeups: true,
         live_updates: true,
         mail_objects: true,
+        app_calls: true,
     };
     /// The database alone.
     pub const DATABASE: Needs = Needs {
@@ -80,6 +83,7 @@ impl Needs {
         wakeups: false,
         live_updates: false,
         mail_objects: false,
+        app_calls: false,
     };
     /// Adds `APP_SECRET`.
     pub const fn with_settings(self) -> Needs {
@@ -106,6 +110,13 @@ impl Needs {
     pub const fn with_mail_objects(self) -> Needs {
         Needs {
             mail_objects: true,
+            ..self
+        }
+    }
+    /// Adds calls to app origins (and the networks they may reach).
+    pub const fn with_app_calls(self) -> Needs {
+        Needs {
+            app_calls: true,
             ..self
         }
     }
@@ -165,6 +176,9 @@ pub struct Config {
     /// `K2B_SMTP_CA_FILE`: PEM certificates trusted for SMTP TLS besides the public roots (a
     /// private relay's CA), read at start.
     pub smtp_extra_roots: Vec<Vec<u8>>,
+    /// `K2B_APP_NETWORKS`: the private networks and host names Core's calls to app origins may
+    /// reach besides the public internet (loopback too in local mode).
+    pub app_networks: std::sync::Arc<crate::http::egress::AppNetworks>,
     /// Names of the variables that took a local-mode default, for the start-up notice.
     pub local_defaults: Vec<&'static str>,
 }
@@ -255,6 +269,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "K2B_SMTP_CA_FILE",
         "PEM certificates trusted for SMTP TLS besides the public roots",
+    ),
+    (
+        "K2B_APP_NETWORKS",
+        "private CIDR ranges and host names Core's calls to apps may reach",
     ),
 ];
 
@@ -522,9 +540,18 @@ impl Config {
             },
         };
 
+        let app_networks = crate::http::egress::AppNetworks::parse(
+            get(crate::http::egress::APP_NETWORKS_VAR).as_deref(),
+            mode.is_local(),
+        )
+        .map_err(|message| {
+            ConfigError::with_message(crate::http::egress::APP_NETWORKS_VAR, message)
+        })?;
+
         Ok(Config {
             mode,
             needs,
+            app_networks: std::sync::Arc::new(app_networks),
             mail_bucket,
             mail_dir,
             smtp_extra_roots,

@@ -2,6 +2,7 @@
 
 pub mod body;
 pub mod cookies;
+pub mod egress;
 pub mod error;
 pub mod etag;
 pub mod headers;

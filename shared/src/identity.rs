@@ -12,6 +12,7 @@ pub mod invocation;
 pub mod jwt;
 pub mod keys;
 pub mod metrics;
+pub mod oauth;
 pub mod remote;
 pub mod ring;
 pub mod runtime;
@@ -145,6 +146,8 @@ pub enum IdentityError {
     Settings(#[from] crate::settings::SettingsError),
     #[error("identity database error: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("the published keys at {0} cannot be read")]
+    KeysUnavailable(String),
     #[error("{0}")]
     Shared(Arc<IdentityError>),
 }
@@ -263,6 +266,12 @@ struct IdentityInner {
     signers: Arc<Mutex<HashMap<Purpose, CachedSigner>>>,
     flights: flight::SingleFlight<Purpose, Arc<Signer>, Arc<IdentityError>>,
     verify_keys: Mutex<VerifyKeyCache>,
+    /// When each purpose's verifiable keys were last loaded on a miss.
+    key_set_loaded: Mutex<HashMap<Purpose, tokio::time::Instant>>,
+    /// Bumped whenever cached keys are dropped: a load that began before keeps nothing.
+    key_generation: std::sync::atomic::AtomicU64,
+    /// The OAuth issuer's published keys (see [`oauth`]).
+    oauth_keys: Mutex<Option<Arc<remote::RemoteKeySet>>>,
     metrics: Arc<Metrics>,
     refresh_timeout: Duration,
 }
@@ -273,6 +282,11 @@ pub struct Identity(Arc<IdentityInner>);
 
 /// How long a verification key found in the database is reused in this process.
 const VERIFY_KEY_CACHE: Duration = Duration::from_secs(60);
+/// A miss loads every verifiable key of the purpose; for this long afterwards an unknown `kid`
+/// is answered from memory, so tokens with forged key ids cost a query per interval (and per
+/// concurrent miss), not one each. Keys are published ten minutes before they sign, so a real
+/// kid is rarely new; a process that makes or drops a key forgets the interval at once.
+pub const UNKNOWN_KID_CACHE: Duration = Duration::from_secs(5);
 
 impl Identity {
     /// The production service: keys in `pool`, encrypted with `keks` (`None` in a function that
@@ -316,6 +330,9 @@ impl Identity {
             signers: Arc::new(Mutex::new(HashMap::new())),
             flights: flight::SingleFlight::default(),
             verify_keys: Mutex::new(HashMap::new()),
+            key_set_loaded: Mutex::new(HashMap::new()),
+            key_generation: std::sync::atomic::AtomicU64::new(0),
+            oauth_keys: Mutex::new(None),
             metrics,
             refresh_timeout: REFRESH_TIMEOUT,
         }))
@@ -398,6 +415,10 @@ impl Identity {
                 Identity::cache_signer(&signers, signer)
             })
             .await;
+        if result.is_ok() {
+            // This process may have just made the key: its kid is not "unknown".
+            self.forget_key_set_load(purpose);
+        }
         let outcome = match result {
             Ok(signer) if signer.sign_until <= start => Err(IdentityError::PastSignUntil(purpose)),
             Ok(signer) => Ok(signer),
@@ -427,8 +448,24 @@ impl Identity {
         }
     }
 
+    fn key_generation(&self) -> u64 {
+        self.0
+            .key_generation
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn forget_key_set_load(&self, purpose: Purpose) {
+        self.0
+            .key_generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut loaded) = self.0.key_set_loaded.lock() {
+            loaded.remove(&purpose);
+        }
+    }
+
     /// Drops the cached signer of `purpose` (only if it is `kid`, when given) and any flight.
     pub fn invalidate_signer(&self, purpose: Purpose, kid: Option<&str>) {
+        self.forget_key_set_load(purpose);
         if let Ok(mut signers) = self.0.signers.lock() {
             let matches = signers
                 .get(&purpose)
@@ -445,6 +482,12 @@ impl Identity {
 
     /// Drops every cached signer and flight.
     pub fn invalidate_all_signers(&self) {
+        self.0
+            .key_generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut loaded) = self.0.key_set_loaded.lock() {
+            loaded.clear();
+        }
         if let Ok(mut signers) = self.0.signers.lock() {
             signers.clear();
         }
@@ -455,27 +498,67 @@ impl Identity {
     }
 
     /// The verification key of `kid` for `purpose` from the database (cached for 60 s), if the
-    /// key is not revoked and inside its verify window.
+    /// key is not revoked and inside its verify window; `None` also when it cannot be read.
     pub async fn verification_key(&self, purpose: Purpose, kid: &str) -> Option<Arc<DecodingKey>> {
+        self.find_verification_key(purpose, kid)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// [`Identity::verification_key`], telling an unknown key (`Ok(None)`) from a database that
+    /// cannot be asked (`Err`). A miss loads every verifiable key of the purpose at once and is
+    /// not repeated for [`UNKNOWN_KID_CACHE`].
+    pub async fn find_verification_key(
+        &self,
+        purpose: Purpose,
+        kid: &str,
+    ) -> Result<Option<Arc<DecodingKey>>, IdentityError> {
+        let now = tokio::time::Instant::now();
+        let cache_key = (purpose, kid.to_string());
         if let Ok(keys) = self.0.verify_keys.lock()
-            && let Some((fresh_until, key)) = keys.get(&(purpose, kid.to_string()))
-            && tokio::time::Instant::now() < *fresh_until
+            && let Some((fresh_until, key)) = keys.get(&cache_key)
+            && now < *fresh_until
         {
-            return Some(key.clone());
+            return Ok(Some(key.clone()));
+        }
+        if let Ok(loaded) = self.0.key_set_loaded.lock()
+            && loaded
+                .get(&purpose)
+                .is_some_and(|at| now.duration_since(*at) < UNKNOWN_KID_CACHE)
+        {
+            return Ok(None);
         }
         self.0.metrics.inc(Counter::UnknownKidRefresh);
-        let jwk = ring::find_public_jwk(&self.0.pool, purpose, kid)
-            .await
-            .ok()??;
-        let public = keys::parse_public(&jwk)?;
-        let key = Arc::new(keys::decoding_key(&public).ok()?);
-        if let Ok(mut keys) = self.0.verify_keys.lock() {
-            keys.insert(
-                (purpose, kid.to_string()),
-                (tokio::time::Instant::now() + VERIFY_KEY_CACHE, key.clone()),
-            );
+        let generation = self.key_generation();
+        // An outage is not an answer: nothing is remembered, the next caller asks again.
+        let published = ring::list_jwks(&self.0.pool, purpose).await?;
+        let mut found = None;
+        if let Ok(mut keys) = self.0.verify_keys.lock()
+            // Keys dropped while the query ran (a revocation) are not brought back.
+            && self.key_generation() == generation
+        {
+            for jwk in &published {
+                let Some(public) = keys::parse_public(jwk) else {
+                    continue;
+                };
+                let Ok(key) = keys::decoding_key(&public) else {
+                    continue;
+                };
+                let key = Arc::new(key);
+                if public.kid == kid {
+                    found = Some(key.clone());
+                }
+                keys.insert((purpose, public.kid), (now + VERIFY_KEY_CACHE, key));
+            }
         }
-        Some(key)
+        // Marked once loaded: callers that arrived while the load ran asked themselves.
+        if let Ok(mut loaded) = self.0.key_set_loaded.lock()
+            && self.key_generation() == generation
+        {
+            loaded.insert(purpose, tokio::time::Instant::now());
+        }
+        Ok(found)
     }
 
     /// Prepares the session, invocation and OAuth signers, then rewraps every key when a

@@ -122,6 +122,9 @@ fn start(function: Function, limits: DbLimits) -> Result<Core, Error> {
     if let Some(notice) = config.local_mode_notice() {
         tracing::warn!(function = function.name, "{notice}");
     }
+    // The environment holds the function's secrets: no other process of the same user (a
+    // render worker, say) may read it.
+    crate::sandbox::forbid_inspection();
     let pool = db::lazy_pool_with(&config, limits)?;
     Ok(Core::with_pool(config, pool))
 }

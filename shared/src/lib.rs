@@ -24,6 +24,7 @@ pub mod moto;
 pub mod outbox;
 pub mod pwa;
 pub mod registry;
+pub mod sandbox;
 pub mod secret;
 pub mod settings;
 #[cfg(feature = "smtp-sink")]

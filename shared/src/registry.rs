@@ -3,6 +3,7 @@
 
 pub mod audience;
 pub mod entry;
+pub mod rules;
 pub mod store;
 
 pub use audience::{app_audience_roles, can_see_app, has_any_app_role};

@@ -19,6 +19,9 @@ pub use size::{WidgetSize, fit_size, resolve_sizes};
 pub const WIDGET_TIMEOUT: Duration = Duration::from_millis(8_000);
 /// Widgets asked at the same time for one dashboard.
 pub const WIDGET_CONCURRENCY: usize = 8;
+/// Widgets one stream runs at most (as many as a dashboard holds): more asked for by name is a
+/// 400; more declared, without names, runs the first ones in registry order.
+pub const MAX_STREAM_WIDGETS: usize = 100;
 /// Largest widget body Core reads from an app (on `Content-Length` and on bytes read).
 pub const WIDGET_MAX_RESPONSE_BYTES: usize = 128 * 1024;
 /// A stream signs every invocation up front, so no widget starts after they expire.

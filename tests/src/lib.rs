@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod authenticator;
+pub mod client;
 pub mod figures;
 pub mod lambda;
 pub mod pgfault;
@@ -91,10 +92,29 @@ pub fn admin_cookie(env: &[(&str, &str)]) -> String {
     String::from_utf8_lossy(&issued.stdout).trim().to_string()
 }
 
+/// This machine's address on its default route (not loopback): where a server must listen for
+/// a function in production mode to reach it as an app on the operator's network.
+pub fn machine_address() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap_or_else(|e| panic!("udp: {e}"));
+    // Connecting a UDP socket sends nothing; it only picks the route and its source address.
+    socket
+        .connect("198.51.100.1:9")
+        .unwrap_or_else(|e| panic!("no default route: {e}"));
+    socket
+        .local_addr()
+        .unwrap_or_else(|e| panic!("address: {e}"))
+        .ip()
+}
+
 /// Serves `router` on a free loopback port; returns its base URL. The server stops with the
 /// test's runtime.
 pub async fn serve(router: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    serve_on(router, std::net::Ipv4Addr::LOCALHOST.into()).await
+}
+
+/// [`serve`] on a free port of `ip`.
+pub async fn serve_on(router: axum::Router, ip: std::net::IpAddr) -> String {
+    let listener = tokio::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
         .await
         .unwrap_or_else(|e| panic!("bind: {e}"));
     let address = listener
@@ -194,8 +214,13 @@ pub struct LocalRunner {
 impl LocalRunner {
     /// Starts the server and waits until it listens (at most 60 s).
     pub fn start(env: &[(&str, &str)]) -> LocalRunner {
+        LocalRunner::start_on(env, "127.0.0.1:0")
+    }
+
+    /// [`LocalRunner::start`] listening on `listen`.
+    pub fn start_on(env: &[(&str, &str)], listen: &str) -> LocalRunner {
         let mut child = command(env)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

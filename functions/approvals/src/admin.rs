@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, header};
 use k2b_core::access::CurrentActor;
-use k2b_core::auth::{Actor, Role};
+use k2b_core::auth::Actor;
 use k2b_core::cloud_login::CloudLoginError;
 use k2b_core::cloud_login::manage;
 use k2b_core::http::ApiError;
@@ -40,7 +40,7 @@ fn administrator(actor: &Actor) -> Result<DeviceAdministrator, ApiError> {
     };
     Ok(DeviceAdministrator {
         user_id: person.id,
-        admin: person.has_role(Role::Admin) && !actor.is_app_session(),
+        admin: actor.may_act_as_admin(),
     })
 }
 
@@ -109,7 +109,7 @@ fn authenticator_admin(actor: &Actor) -> Result<manage::Administrator, CloudLogi
     let person = actor.person().ok_or(CloudLoginError::Forbidden)?;
     Ok(manage::Administrator {
         user_id: person.id,
-        admin: person.has_role(Role::Admin) && !actor.is_app_session(),
+        admin: actor.may_act_as_admin(),
     })
 }
 

@@ -28,7 +28,7 @@ pub struct Presented {
 }
 
 async fn validate(core: &Core, token: &str) -> Result<Option<(ValidSession, i64)>, PwaError> {
-    let Some(claims) = core.identity.verify_session_token(token).await else {
+    let Some(claims) = core.identity.check_session_token(token).await? else {
         return Ok(None);
     };
     let mut conn = core.pool.acquire().await?;

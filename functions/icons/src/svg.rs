@@ -103,6 +103,11 @@ pub fn sized_svg(svg: &str, size: u32) -> String {
         return svg.to_string();
     };
     let attributes = &svg[tag_start + 4..tag_start + close];
+    // A self-closing root (`<svg …/>`) stays self-closing.
+    let (attributes, end) = match attributes.strip_suffix('/') {
+        Some(attributes) => (attributes, "/>"),
+        None => (attributes, ">"),
+    };
     let has_view_box = find_view_box(attributes);
     let width = pixels(attributes, "width");
     let height = pixels(attributes, "height");
@@ -118,7 +123,7 @@ pub fn sized_svg(svg: &str, size: u32) -> String {
         ));
     }
     format!(
-        "{}<svg{rest} width=\"{size}\" height=\"{size}\">{}",
+        "{}<svg{rest} width=\"{size}\" height=\"{size}\"{end}{}",
         &svg[..tag_start],
         &svg[tag_start + close + 1..]
     )
@@ -178,6 +183,14 @@ mod tests {
         ] {
             assert_eq!(sized_svg(svg, 84), svg);
         }
+    }
+
+    #[test]
+    fn a_self_closing_root_stays_self_closing() {
+        assert_eq!(
+            sized_svg(r#"<svg width="40" height="20"/>"#, 84),
+            r#"<svg viewBox="0 0 40 20" width="84" height="84"/>"#
+        );
     }
 
     #[test]

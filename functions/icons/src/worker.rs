@@ -3,7 +3,9 @@
 //! The logo is untrusted image data for native decoders. The child gets no configuration and no
 //! credentials (its environment is only `PATH` and `LANG`), a 512 MiB data limit set by the shell
 //! before it starts, JSON on stdin and stdout, 10 seconds, and 8 MiB of output. A decoder bomb or
-//! bug costs the child, never the server.
+//! bug costs the child, never the server. Before reading anything the child drops every
+//! capability, and the serving process is not dumpable, so a compromised worker cannot read the
+//! parent's environment or memory through `/proc`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -133,6 +135,7 @@ pub fn run_if_worker() {
     if std::env::args().nth(1).as_deref() != Some(WORKER_FLAG) {
         return;
     }
+    confine_or_exit();
     let mut input = String::new();
     let code = match std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut input) {
         Ok(_) => {
@@ -179,6 +182,38 @@ pub struct WorkerRenderer {
     spawns: AtomicU64,
 }
 
+/// How a worker starts: `program` with [`WORKER_FLAG`] under the data limit, with an
+/// environment of `PATH` and `LANG` only, piped stdin and stdout, and killed when dropped. The
+/// program confines itself first ([`run_if_worker`]).
+pub fn worker_command(program: &std::path::Path) -> tokio::process::Command {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+    let mut command = tokio::process::Command::new("/bin/sh");
+    command
+        .arg("-c")
+        // No paths in the shell code: the program is "$0".
+        .arg(format!(
+            "ulimit -d {DATA_LIMIT_KIB} || exit 70; exec \"$0\" {WORKER_FLAG}"
+        ))
+        .arg(program)
+        .env_clear()
+        .env("PATH", path)
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// The worker's first step: no capabilities, no way to gain any, no way to read its parent
+/// ([`k2b_core::sandbox::enter_worker_sandbox`]); a worker that cannot confine itself exits
+/// with 71 before reading any input.
+pub fn confine_or_exit() {
+    if k2b_core::sandbox::enter_worker_sandbox().is_err() {
+        std::process::exit(71);
+    }
+}
+
 impl WorkerRenderer {
     /// A renderer running `program` (a binary that calls [`run_if_worker`] first).
     pub fn new(program: PathBuf) -> WorkerRenderer {
@@ -206,21 +241,7 @@ impl WorkerRenderer {
                 "Icon rendering requires Linux with memory isolation.".into(),
             ));
         }
-        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
-        let mut child = tokio::process::Command::new("/bin/sh")
-            .arg("-c")
-            // No paths in the shell code: the program is "$0".
-            .arg(format!(
-                "ulimit -d {DATA_LIMIT_KIB} || exit 70; exec \"$0\" {WORKER_FLAG}"
-            ))
-            .arg(&program)
-            .env_clear()
-            .env("PATH", path)
-            .env("LANG", "C.UTF-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
+        let mut child = worker_command(&program)
             .spawn()
             .map_err(|e| RenderFailure(format!("the render worker did not start: {e}")))?;
         let mut stdin = child

@@ -44,6 +44,8 @@ pub struct MaintenanceReport {
     pub registry_pruned: u64,
     /// Help corpora no app renewed within the retention (one per run).
     pub help_corpora_deleted: u64,
+    /// Live sessions of accounts past their `account_expires`, ended.
+    pub expired_account_sessions: u64,
     /// Pairing and device housekeeping.
     pub pwa: pwa::maintenance::PwaMaintenanceReport,
     /// Mail attachment objects past their lifetime no longer counted against the total (the
@@ -73,6 +75,8 @@ pub enum MaintenanceError {
     Mail(#[from] k2b_core::mail::MailError),
     #[error("cloud login: {0}")]
     CloudLogin(#[from] k2b_core::cloud_login::CloudLoginError),
+    #[error("identity: {0}")]
+    Identity(#[from] k2b_core::identity::IdentityError),
 }
 
 /// Runs every task once and logs one line saying what changed.
@@ -80,6 +84,8 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let registry_pruned =
         store::prune_expired(&core.pool, REGISTRY_PRUNE_GRACE, REGISTRY_PRUNE_BATCH).await?;
     let help_corpora_deleted = k2b_core::help::store::cleanup(&core.pool).await?;
+    let expired_account_sessions =
+        k2b_core::identity::session::end_sessions_of_expired_accounts(&core.pool).await?;
     let pwa = pwa::maintenance::run(core).await?;
     let mail_objects_forgotten =
         k2b_core::mail::attachments::forget_expired(&core.pool, MAIL_OBJECTS_BATCH).await?;
@@ -101,6 +107,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let report = MaintenanceReport {
         registry_pruned,
         help_corpora_deleted,
+        expired_account_sessions,
         pwa,
         mail_objects_forgotten,
         mail_files_purged,
@@ -114,6 +121,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
         tracing::info!(
             registry_pruned = report.registry_pruned,
             help_corpora_deleted = report.help_corpora_deleted,
+            expired_account_sessions = report.expired_account_sessions,
             pairings_deleted = report.pwa.pairings_deleted,
             devices_expired = report.pwa.devices_expired,
             devices_purged = report.pwa.devices_purged,

@@ -100,6 +100,24 @@ async fn jwks(core: &Core, purpose: Purpose, headers: &HeaderMap) -> Response {
     response
 }
 
+/// 429 `RATE_LIMITED` with `Retry-After` (seconds to the next minute).
+fn too_many_publishes(retry_after: u64) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "RATE_LIMITED",
+        format!(
+            "An app may publish its registry entry at most {} times a minute.",
+            store::MAX_PUBLISHES_PER_MINUTE
+        ),
+    )
+    .with_field("limit", store::MAX_PUBLISHES_PER_MINUTE)
+    .into_response();
+    if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
 async fn publish(
     State(core): State<Core>,
     Path(app_id): Path<String>,
@@ -107,6 +125,26 @@ async fn publish(
     body: Body,
 ) -> Result<Response, ApiError> {
     app_credential(&core.pool, &headers, &app_id, PUBLISH_SCOPE).await?;
+    {
+        let mut conn = core
+            .pool
+            .acquire()
+            .await
+            .map_err(|_| ApiError::unavailable("The registry is unavailable right now."))?;
+        match store::count_publish(&mut conn, &app_id).await {
+            Ok(None) => {}
+            Ok(Some(retry_after)) => {
+                tracing::warn!(app_id = %app_id, "registry publishes over the per-minute limit");
+                return Ok(too_many_publishes(retry_after));
+            }
+            Err(error) => {
+                tracing::warn!(app_id = %app_id, error = %error, "registry rate count failed");
+                return Err(ApiError::unavailable(
+                    "The registry is unavailable right now.",
+                ));
+            }
+        }
+    }
     let entry: Value =
         read_json(&headers, body, MAX_ENTRY_BYTES)
             .await

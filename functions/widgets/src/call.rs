@@ -3,9 +3,11 @@
 //! the operation, never the browser's cookie or its own authorization. Bodies are read up to
 //! 128 KiB, parsed and checked; nothing of a body or an error text is ever logged.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
+use k2b_core::http::egress::{self, AppNetworks};
 use k2b_core::http::headers::client_request_id;
 use k2b_core::http::locale::{LOCALE_HEADER, preferred_locale};
 use k2b_core::widgets::{
@@ -45,6 +47,8 @@ pub enum Reason {
     DeadlineExceeded,
     RequestCancelled,
     OperationFailed,
+    /// The app's address is outside the networks app calls may reach.
+    DestinationRefused,
 }
 
 impl Reason {
@@ -58,6 +62,7 @@ impl Reason {
             Reason::DeadlineExceeded => "deadline_exceeded",
             Reason::RequestCancelled => "request_cancelled",
             Reason::OperationFailed => "operation_failed",
+            Reason::DestinationRefused => "destination_refused",
         }
     }
 }
@@ -111,14 +116,41 @@ impl Outcome {
 
 /// The client used for widget calls: no redirects (a redirect is an unusable answer, and the
 /// invocation never follows one); keep-alive connections pooled, a bounded number per app so a
-/// burst of dashboards does not leave hundreds of idle sockets behind.
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(16)
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
+/// burst of dashboards does not leave hundreds of idle sockets behind; and only addresses in
+/// the allowed networks ([`k2b_core::http::egress`]), judged when they resolve.
+#[derive(Clone)]
+pub struct AppClient {
+    /// `None` when the guarded client could not be built: every call then fails (closed).
+    client: Option<reqwest::Client>,
+    networks: Arc<AppNetworks>,
+}
+
+impl AppClient {
+    pub fn new(networks: Arc<AppNetworks>) -> AppClient {
+        let client = egress::client_builder(networks.clone())
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(16)
+            .build();
+        if let Err(error) = &client {
+            tracing::error!(error = %error, "the client for app calls could not be built; widget calls fail");
+        }
+        AppClient {
+            client: client.ok(),
+            networks,
+        }
+    }
+}
+
+/// Logs a call the network rules refused (never anything the app sent).
+fn log_refusal(widget: &DashboardWidget, refused: &egress::Refused) {
+    tracing::warn!(
+        source = "widgets",
+        app_id = prefix(&widget.app_id, 80),
+        widget_id = prefix(&widget.widget_id, 100),
+        refusal = %refused,
+        "Widget call refused: the app's address is outside the allowed networks"
+    );
 }
 
 /// The caller's context forwarded to every app of one request.
@@ -192,14 +224,21 @@ async fn read_bounded_json(mut response: reqwest::Response, deadline: Instant) -
 
 /// Calls one widget until `deadline` (its own budget). The caller drops the future to cancel it.
 pub async fn call_widget(
-    client: &reqwest::Client,
+    apps: &AppClient,
     widget: &DashboardWidget,
     size: WidgetSize,
     token: &str,
     context: &CallContext,
     deadline: Instant,
 ) -> Outcome {
-    let Some(url) = target_url(widget, size) else {
+    let Some(url) = target_url(widget, size).and_then(|url| url::Url::parse(&url).ok()) else {
+        return Outcome::error(Phase::Provider, Reason::OperationFailed, None);
+    };
+    if let Err(refused) = apps.networks.check_url(&url) {
+        log_refusal(widget, &refused);
+        return Outcome::error(Phase::Provider, Reason::DestinationRefused, None);
+    }
+    let Some(client) = &apps.client else {
         return Outcome::error(Phase::Provider, Reason::OperationFailed, None);
     };
     let mut request = client
@@ -223,7 +262,13 @@ pub async fn call_widget(
         Ok(Err(error)) if error.is_timeout() => {
             return Outcome::timeout(Phase::Provider, Reason::DeadlineExceeded, None);
         }
-        Ok(Err(_)) => return Outcome::error(Phase::Provider, Reason::OperationFailed, None),
+        Ok(Err(error)) => {
+            if let Some(refused) = egress::is_refusal(&error) {
+                log_refusal(widget, &refused);
+                return Outcome::error(Phase::Provider, Reason::DestinationRefused, None);
+            }
+            return Outcome::error(Phase::Provider, Reason::OperationFailed, None);
+        }
         Ok(Ok(response)) => response,
     };
     let status = response.status().as_u16();

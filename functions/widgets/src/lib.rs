@@ -21,7 +21,7 @@ mod stream;
 
 pub use call::{Outcome, Phase, Reason};
 
-/// Budgets and the HTTP client of the widget routes.
+/// Budgets of the widget routes.
 #[derive(Clone)]
 pub struct WidgetsOptions {
     /// Each widget's own budget from its start (and the setup's bound).
@@ -30,7 +30,6 @@ pub struct WidgetsOptions {
     pub stream_deadline: Duration,
     /// Widgets asked at once.
     pub concurrency: usize,
-    pub client: reqwest::Client,
 }
 
 impl Default for WidgetsOptions {
@@ -39,7 +38,6 @@ impl Default for WidgetsOptions {
             timeout: WIDGET_TIMEOUT,
             stream_deadline: WIDGET_STREAM_DEADLINE,
             concurrency: WIDGET_CONCURRENCY,
-            client: call::client(),
         }
     }
 }
@@ -48,13 +46,18 @@ impl Default for WidgetsOptions {
 pub(crate) struct WidgetsState {
     pub core: Core,
     pub options: Arc<WidgetsOptions>,
+    /// Calls to app origins, confined to the networks the configuration allows.
+    pub apps: call::AppClient,
 }
 
 /// The function: the database, `APP_SECRET` (the issuer and account settings) and the identity
 /// key-encryption keys (it signs invocation tokens).
 pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
     name: "widgets",
-    needs: Needs::DATABASE.with_settings().with_signing_keys(),
+    needs: Needs::DATABASE
+        .with_settings()
+        .with_signing_keys()
+        .with_app_calls(),
 };
 
 /// The routes with the standard budgets.
@@ -75,6 +78,7 @@ pub fn router_with(core: Core, options: WidgetsOptions) -> Router {
 /// The routes with the given budgets and client.
 pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
     let state = WidgetsState {
+        apps: call::AppClient::new(core.config.app_networks.clone()),
         core,
         options: Arc::new(options),
     };

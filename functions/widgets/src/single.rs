@@ -122,7 +122,7 @@ pub(crate) async fn widget(
         &widget.sizes,
         widget.default_size,
     );
-    match call_widget(&options.client, widget, size, &token, &context, deadline).await {
+    match call_widget(&state.apps, widget, size, &token, &context, deadline).await {
         Outcome::Ok(body) => axum::Json(body).into_response(),
         Outcome::Empty => empty(StatusCode::NO_CONTENT),
         Outcome::Forbidden => empty(StatusCode::FORBIDDEN),

@@ -20,7 +20,9 @@ use futures::stream::FuturesUnordered;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::auth::Actor;
 use k2b_core::http::ApiError;
-use k2b_core::widgets::{DashboardWidget, WidgetResponse, WidgetSize, fit_size, list_widgets};
+use k2b_core::widgets::{
+    DashboardWidget, MAX_STREAM_WIDGETS, WidgetResponse, WidgetSize, fit_size, list_widgets,
+};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout};
@@ -122,6 +124,24 @@ pub(crate) async fn widgets(
 ) -> Response {
     let options = state.options.clone();
     let context = CallContext::from_headers(&headers);
+    let asked: HashSet<String> = query
+        .as_deref()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .filter(|(name, _)| name == "widget")
+                .map(|(_, value)| value.into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if asked.len() > MAX_STREAM_WIDGETS {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "TOO_MANY_WIDGETS",
+            format!("A stream runs at most {MAX_STREAM_WIDGETS} widgets."),
+        )
+        .with_field("limit", MAX_STREAM_WIDGETS)
+        .into_response();
+    }
 
     let declared = match timeout(options.timeout, list_widgets(&state.core.pool, None)).await {
         Ok(Ok(declared)) => declared,
@@ -139,7 +159,16 @@ pub(crate) async fn widgets(
             return unavailable("Widget registry is currently unavailable");
         }
     };
-    let selected = select(&declared, query.as_deref());
+    let mut selected = select(&declared, query.as_deref());
+    if selected.len() > MAX_STREAM_WIDGETS {
+        tracing::warn!(
+            source = "widgets",
+            declared = selected.len(),
+            limit = MAX_STREAM_WIDGETS,
+            "More widgets declared than a stream runs; the first ones in registry order run"
+        );
+        selected.truncate(MAX_STREAM_WIDGETS);
+    }
 
     let stream_deadline = Instant::now() + options.stream_deadline;
     let tokens: Vec<Option<String>> = if selected.is_empty() {
@@ -241,7 +270,7 @@ pub(crate) async fn widgets(
 
 /// Runs one widget from its start to its line (logging its failure, if any).
 async fn run_one(
-    client: reqwest::Client,
+    client: crate::call::AppClient,
     job: Job,
     context: std::sync::Arc<CallContext>,
     budget: std::time::Duration,
@@ -314,7 +343,7 @@ async fn fan_out(
         while running.len() < options.concurrency.max(1) {
             let Some(job) = queue.next() else { break };
             running.push(run_one(
-                options.client.clone(),
+                state.apps.clone(),
                 job,
                 context.clone(),
                 options.timeout,

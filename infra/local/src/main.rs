@@ -117,6 +117,9 @@ enum AppCommand {
 fn main() {
     // The icons are rendered in a child process of this same binary.
     icons::run_if_worker();
+    // Like every function: the runner's environment is closed to other processes, its render
+    // workers included.
+    k2b_core::sandbox::forbid_inspection();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -84,7 +84,14 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
             .await
             .context("cannot listen for the demo app")?,
     };
-    let demo_url = format!("http://{}", demo_listener.local_addr()?);
+    // A listener on every interface is reached over loopback (an unspecified address is no
+    // destination for Core's calls to the app).
+    let demo_address = demo_listener.local_addr()?;
+    let demo_url = if demo_address.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}", demo_address.port())
+    } else {
+        format!("http://{demo_address}")
+    };
     let demo_app = demo::demo_router(&core).await?;
     tokio::spawn(async move {
         if let Err(error) = axum::serve(demo_listener.tap_io(no_delay), demo_app).await {
@@ -96,7 +103,7 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
     heartbeat.beat(&core).await;
     start_timers(&core, heartbeat);
 
-    let app = router(core.clone());
+    let app = router(core.clone(), address);
     println!("demo app listening on {demo_url}");
     println!("k2b-local listening on {base_url}");
     println!(
@@ -124,14 +131,22 @@ fn no_delay(stream: &mut tokio::net::TcpStream) {
     }
 }
 
-/// Every function's routes plus the runner's own, behind the same front door as on Lambda.
-pub fn router(core: Core) -> Router {
-    let own = Routes::new()
-        .get("/healthz", healthz)
-        .get("/_local/live-events", live_events)
-        .post("/_local/outbox/sweep", sweep_now)
-        .get("/_local/mail", sink_mail)
-        .with_state(core.clone());
+/// Every function's routes plus the runner's own, behind the same front door as on Lambda. The
+/// runner's `/_local/*` routes exist only on a loopback listener, and answer only requests that
+/// arrive over loopback naming a loopback host (a page whose name rebinds to 127.0.0.1 still
+/// sends its own name as `Host`).
+pub fn router(core: Core, listen: SocketAddr) -> Router {
+    let mut own = Routes::new().get("/healthz", healthz);
+    if listen.ip().is_loopback() {
+        own = own.merge(
+            Routes::new()
+                .get("/_local/live-events", live_events)
+                .post("/_local/outbox/sweep", sweep_now)
+                .get("/_local/mail", sink_mail)
+                .layer(axum::middleware::from_fn(loopback_only)),
+        );
+    }
+    let own = own.with_state(core.clone());
     k2b_core::lambda::front_door(
         own.merge(registry::routes(core.clone()))
             .merge(icons::routes(core.clone()))
@@ -141,6 +156,43 @@ pub fn router(core: Core) -> Router {
             .merge(mail::routes(core.clone()))
             .merge(approvals::routes(core)),
     )
+}
+
+/// Whether a `Host` header names this machine: `localhost` or a loopback address, with or
+/// without a port.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) if port.is_empty() || port.starts_with(':') => v6,
+            _ => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The guard of the runner's own routes: a loopback peer and a loopback `Host`, else 403.
+async fn loopback_only(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let peer_is_local = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .is_some_and(|info| info.0.ip().is_loopback());
+    let host_is_local = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(is_loopback_host);
+    if peer_is_local && host_is_local {
+        next.run(request).await
+    } else {
+        k2b_core::http::ApiError::forbidden(
+            "The runner's own routes answer only on loopback, to a loopback Host.",
+        )
+        .into_response()
+    }
 }
 
 /// Starts the SMTP sink the seeded `local` mail profile delivers to (`K2B_LOCAL_SMTP_PORT`,

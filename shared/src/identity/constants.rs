@@ -44,6 +44,10 @@ pub const RUNTIME_CONFIG_CACHE: Duration = Duration::from_secs(60);
 pub const REMOTE_JWKS_COOLDOWN: Duration = Duration::from_secs(30);
 /// Remote JWKS fetch timeout.
 pub const REMOTE_JWKS_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest remote JWKS document read (a dozen 4096-bit keys take about 10 KiB).
+pub const REMOTE_JWKS_MAX_BYTES: usize = 256 * 1024;
+/// Callers that wait for one remote JWKS fetch; more answer from the keys already held.
+pub const REMOTE_JWKS_MAX_WAITERS: usize = 64;
 /// Session families pruned per maintenance run, and the age after which they go.
 pub const PRUNE_FAMILIES_BATCH: i64 = 500;
 pub const PRUNE_FAMILIES_AFTER: Duration = Duration::from_secs(24 * 3600);

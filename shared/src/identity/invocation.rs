@@ -174,7 +174,8 @@ impl InvocationAuthority {
                     delegated_user_id: delegated,
                     credential_kind: account.credential_kind,
                     session_kind: None,
-                    credential_id: Some(account.credential_id.clone()),
+                    credential_id: (!account.credential_id.is_empty())
+                        .then(|| account.credential_id.clone()),
                     scopes,
                     mandate: None,
                     workload: None,
@@ -709,12 +710,13 @@ pub async fn resolve_invocation_actor(
             let Ok(account_id) = Uuid::parse_str(&claims.sub) else {
                 return Ok(None);
             };
-            let row: Option<(String, String)> =
-                sqlx::query_as("SELECT kind, status FROM auth.service_accounts WHERE id = $1")
-                    .bind(account_id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            let Some((kind, _)) = row.filter(|(_, status)| status == "active") else {
+            let row: Option<(String, String, Option<String>)> = sqlx::query_as(
+                "SELECT kind, status, app_id FROM auth.service_accounts WHERE id = $1",
+            )
+            .bind(account_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some((kind, _, app_id)) = row.filter(|(_, status, _)| status == "active") else {
                 return Ok(None);
             };
             Ok(Some(Actor::ServiceAccount(ServiceAccountActor {
@@ -728,6 +730,7 @@ pub async fn resolve_invocation_actor(
                 credential_kind: claims.credential_kind,
                 credential_id: claims.credential_id.clone().unwrap_or_default(),
                 scopes: claims.scopes.clone(),
+                app_id,
             })))
         }
     }

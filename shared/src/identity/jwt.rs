@@ -71,10 +71,12 @@ pub struct Unverified<'a> {
     payload: Vec<u8>,
 }
 
-/// Splits a compact token and checks its header: at most 4096 bytes, three base64url parts,
-/// and a header object with exactly `alg` (RS256), `kid` and `typ` (strings). Anything else is
-/// `None`.
-pub fn parse(token: &str) -> Option<Unverified<'_>> {
+/// A token's decoded header object.
+type HeaderMap = Map<String, Value>;
+
+/// A compact token split into its decoded header object, signing input, signature and decoded
+/// payload: at most 4096 bytes, three parts, base64url header and payload, a non-empty signature.
+fn split(token: &str) -> Option<(HeaderMap, &str, &str, Vec<u8>)> {
     if token.len() > MAX_COMPACT_TOKEN_BYTES {
         return None;
     }
@@ -83,14 +85,55 @@ pub fn parse(token: &str) -> Option<Unverified<'_>> {
     if signature.is_empty() || signature.contains('.') {
         return None;
     }
-    let header: Map<String, Value> =
+    let header: HeaderMap =
         serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header_b64).ok()?).ok()?;
+    let payload = URL_SAFE_NO_PAD.decode(payload_b64).ok()?;
+    Some((header, signing_input, signature, payload))
+}
+
+/// Splits a compact token and checks its header: at most 4096 bytes, three parts, and a header
+/// object with exactly `alg` (RS256), `kid` and `typ` (strings). Anything else is `None`.
+pub fn parse(token: &str) -> Option<Unverified<'_>> {
+    let (header, signing_input, signature, payload) = split(token)?;
     if header.len() != 3 || header.get("alg")?.as_str()? != ALGORITHM {
         return None;
     }
+    Some(Unverified {
+        kid: header.get("kid")?.as_str()?.to_string(),
+        typ: header.get("typ")?.as_str()?.to_string(),
+        signing_input,
+        signature,
+        payload,
+    })
+}
+
+/// Largest `kid` an OAuth access token may name.
+pub const MAX_ACCESS_KID_CHARS: usize = 200;
+
+/// Splits an OAuth access token and checks its header: at most 4096 bytes, three parts, `alg`
+/// RS256, a `kid` of 1 to 200 characters, an optional string `typ` that is not one of Core's
+/// own token types, and no other member. Anything else is `None`.
+pub fn parse_access(token: &str) -> Option<Unverified<'_>> {
+    let (header, signing_input, signature, payload) = split(token)?;
+    if header.get("alg")?.as_str()? != ALGORITHM
+        || header
+            .keys()
+            .any(|name| !matches!(name.as_str(), "alg" | "kid" | "typ"))
+    {
+        return None;
+    }
     let kid = header.get("kid")?.as_str()?.to_string();
-    let typ = header.get("typ")?.as_str()?.to_string();
-    let payload = URL_SAFE_NO_PAD.decode(payload_b64).ok()?;
+    if kid.is_empty() || kid.chars().count() > MAX_ACCESS_KID_CHARS {
+        return None;
+    }
+    let typ = match header.get("typ") {
+        None => String::new(),
+        Some(typ) => typ.as_str()?.to_string(),
+    };
+    if typ == super::constants::SESSION_TOKEN_TYPE || typ == super::constants::INVOCATION_TOKEN_TYPE
+    {
+        return None;
+    }
     Some(Unverified {
         kid,
         typ,

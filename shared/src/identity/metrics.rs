@@ -28,7 +28,7 @@ pub struct MetricsSnapshot {
     pub rotation_success: u64,
     pub rotation_failure: u64,
     pub legacy_session_use: u64,
-    /// Active-key checks held `FOR SHARE` for an issuance (one per guard, however many
+    /// Active-key checks held `FOR KEY SHARE` for an issuance (one per guard, however many
     /// tokens are signed inside it).
     pub signer_guards: u64,
 }

@@ -200,6 +200,15 @@ pub async fn maintain_purpose(
     )
     .await?;
     let mut changes = PurposeChanges::default();
+    // Issuance holds its key `FOR KEY SHARE`; only `FOR UPDATE` waits for it to finish, so the
+    // rows change state only after the tokens being signed under them are out.
+    sqlx::query(
+        "SELECT id FROM auth.signing_keys WHERE purpose = $1 AND state IN ('pending', 'active')
+         FOR UPDATE",
+    )
+    .bind(purpose.as_str())
+    .execute(&mut *tx)
+    .await?;
     let retired = sqlx::query(
         "UPDATE auth.signing_keys SET state = 'retired', retired_at = now()
          WHERE purpose = $1 AND state IN ('pending', 'active') AND sign_until <= now()",
@@ -298,7 +307,8 @@ fn decrypt_row(
     Ok((public, private))
 }
 
-/// Marks a key revoked (waiting for issuance in flight, which holds the row `FOR SHARE`).
+/// Marks a key revoked (waiting for issuance in flight, which holds the row `FOR KEY SHARE`:
+/// the row is taken `FOR UPDATE` first, the one lock that waits for it).
 /// Returns the key's purpose when a row changed.
 pub async fn revoke(
     pool: &PgPool,
@@ -310,8 +320,10 @@ pub async fn revoke(
         return Err(IdentityError::RevocationReason);
     }
     let purpose: Option<String> = sqlx::query_scalar(
-        "UPDATE auth.signing_keys SET state = 'revoked', revoked_at = now(), revoke_reason = $2
-         WHERE kid = $1 AND state <> 'revoked' RETURNING purpose",
+        "WITH target AS (
+           SELECT id FROM auth.signing_keys WHERE kid = $1 AND state <> 'revoked' FOR UPDATE)
+         UPDATE auth.signing_keys k SET state = 'revoked', revoked_at = now(), revoke_reason = $2
+         FROM target WHERE k.id = target.id AND k.state <> 'revoked' RETURNING k.purpose",
     )
     .bind(kid)
     .bind(reason)

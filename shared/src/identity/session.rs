@@ -205,6 +205,28 @@ pub async fn revoke_family(
     Ok(result.rows_affected() == 1)
 }
 
+/// Session families of accounts whose `account_expires` has passed, ended per run.
+pub const EXPIRED_ACCOUNT_BATCH: i64 = 500;
+
+/// Ends the live session families (web and app) of accounts whose `account_expires` has passed,
+/// [`EXPIRED_ACCOUNT_BATCH`] per call, so extending the account later does not bring them back.
+/// Validation refuses them already; this makes the end permanent. Returns how many ended.
+pub async fn end_sessions_of_expired_accounts(pool: &sqlx::PgPool) -> Result<u64, IdentityError> {
+    let result = sqlx::query(
+        "UPDATE auth.session_families
+         SET revoked_at = now(), revocation_reason = 'account_expired'
+         WHERE sid IN (
+           SELECT f.sid FROM auth.session_families f JOIN auth.users u ON u.id = f.user_id
+           WHERE f.revoked_at IS NULL AND f.expires_at > now()
+             AND u.account_expires IS NOT NULL AND u.account_expires <= now()
+           ORDER BY f.sid LIMIT $1 FOR UPDATE OF f SKIP LOCKED)",
+    )
+    .bind(EXPIRED_ACCOUNT_BATCH)
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected())
+}
+
 /// Cuts a text to at most `max` bytes on a character boundary.
 fn bounded(value: Option<&str>, max: usize) -> Option<String> {
     let value = value?;
@@ -232,10 +254,21 @@ impl Identity {
 
     /// Verifies a session token's signature and claims (no database check of the family):
     /// size ≤ 4 KiB, header exactly `{alg: RS256, kid, typ: cloud-session+jwt}`, a known session
-    /// key, `aud` `cloud`, the current issuer, `token_use` `session`, 30 s skew.
+    /// key, `aud` `cloud`, the current issuer, `token_use` `session`, 30 s skew. `None` also when
+    /// the keys or the issuer cannot be read; [`Identity::check_session_token`] tells those apart.
     pub async fn verify_session_token(&self, token: &str) -> Option<SessionClaims> {
+        self.check_session_token(token).await.ok().flatten()
+    }
+
+    /// [`Identity::verify_session_token`] for request paths: `Ok(None)` for a token that is not a
+    /// valid session, `Err` when the database or the settings cannot be read, so a signed-in
+    /// caller is never taken for an anonymous one during an outage.
+    pub async fn check_session_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<SessionClaims>, IdentityError> {
         let claims = self.verify_session_inner(token).await;
-        self.metrics().inc(if claims.is_some() {
+        self.metrics().inc(if matches!(claims, Ok(Some(_))) {
             Counter::VerifySuccess
         } else {
             Counter::VerifyFailure
@@ -243,31 +276,46 @@ impl Identity {
         claims
     }
 
-    async fn verify_session_inner(&self, token: &str) -> Option<SessionClaims> {
+    async fn verify_session_inner(
+        &self,
+        token: &str,
+    ) -> Result<Option<SessionClaims>, IdentityError> {
         if token.len() > MAX_COMPACT_TOKEN_BYTES {
-            return None;
+            return Ok(None);
         }
-        let parsed = jwt::parse(token)?;
+        let Some(parsed) = jwt::parse(token) else {
+            return Ok(None);
+        };
         if parsed.typ != SESSION_TOKEN_TYPE || !jwt::is_session_kid(&parsed.kid) {
-            return None;
+            return Ok(None);
         }
-        let key = self.verification_key(Purpose::Session, &parsed.kid).await?;
-        let claims: SessionClaims = parsed.verify(&key)?;
-        let issuer = self.runtime_config().await.ok()?.issuer.clone();
-        check_session_claims(&claims, &issuer, Utc::now().timestamp()).then_some(claims)
+        let Some(key) = self
+            .find_verification_key(Purpose::Session, &parsed.kid)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(claims) = parsed.verify::<SessionClaims>(&key) else {
+            return Ok(None);
+        };
+        let issuer = self.runtime_config().await?.issuer.clone();
+        Ok(check_session_claims(&claims, &issuer, Utc::now().timestamp()).then_some(claims))
     }
 }
 
 /// The claim rules of a session token at time `now` (seconds).
 pub fn check_session_claims(claims: &SessionClaims, issuer: &str, now: i64) -> bool {
     let tolerance = IDENTITY_CLOCK_TOLERANCE_SECONDS;
+    let (Ok(exp), Ok(iat)) = (i64::try_from(claims.exp), i64::try_from(claims.iat)) else {
+        return false;
+    };
     claims.iss == issuer
         && claims.aud == SESSION_AUDIENCE
         && claims.token_use == "session"
-        && claims.exp > 0
-        && claims.exp > claims.iat
-        && (claims.exp as i64) > now - tolerance
-        && (claims.iat as i64) <= now + tolerance
+        && exp > 0
+        && exp > iat
+        && exp > now.saturating_sub(tolerance)
+        && iat <= now.saturating_add(tolerance)
 }
 
 /// A session the database confirms.
@@ -280,7 +328,8 @@ pub struct ValidSession {
 
 /// The database side of a session's validity: its family (same sid and user) is neither revoked
 /// nor expired, the family's, the token's and the user's epochs are equal, its signing key is not
-/// revoked, legal terms are accepted when they were pending, and the account category is on.
+/// revoked, the account has not expired, legal terms are accepted when they were pending, and
+/// the account category is on.
 pub async fn validate_session(
     conn: &mut PgConnection,
     settings: &Settings,
@@ -301,6 +350,7 @@ pub async fn validate_session(
          JOIN auth.signing_keys k ON k.kid = f.signing_kid
          WHERE f.sid = $1 AND f.user_id = $2 AND f.revoked_at IS NULL AND f.expires_at > now()
            AND f.auth_epoch = $3 AND u.auth_epoch = $3 AND k.state <> 'revoked'
+           AND (u.account_expires IS NULL OR u.account_expires > now())
            AND (NOT f.legal_pending
                 OR EXISTS (SELECT 1 FROM auth.legal_acceptances a WHERE a.user_id = u.id))",
     )

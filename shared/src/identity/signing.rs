@@ -1,9 +1,11 @@
 //! Issuance under one deadline: [`Identity::with_active_signer`].
 //!
 //! A token is released only while its key is active in Postgres. The key row is read
-//! `FOR SHARE` in the transaction that also holds the caller's writes, so an emergency
-//! revocation waits for issuance already in progress, and a replica never releases a token under
-//! a key revoked behind its cache.
+//! `FOR KEY SHARE` in the transaction that also holds the caller's writes, so an emergency
+//! revocation (which takes the row `FOR UPDATE`) waits for issuance already in progress, and a
+//! replica never releases a token under a key revoked behind its cache. `FOR KEY SHARE` rather
+//! than `FOR SHARE`: an issuance that must widen the key's verify window updates the row, and
+//! two such issuances each holding a share lock would wait for each other.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -246,7 +248,7 @@ impl Deadline {
 
 impl Identity {
     /// Runs `callback` with the purpose's active signer inside a transaction that holds the
-    /// key `FOR SHARE`, all under one deadline (default 30 s). Up to two attempts: when the cached
+    /// key `FOR KEY SHARE`, all under one deadline (default 30 s). Up to two attempts: when the cached
     /// key turns out inactive, the cache is dropped and the next attempt prepares a fresh signer.
     /// The callback returns the scope with its result; an error or a passed deadline rolls its
     /// writes back. A timeout names the step that was running.
@@ -292,7 +294,7 @@ impl Identity {
                     sqlx::query_scalar(
                         "SELECT kid FROM auth.signing_keys
                          WHERE purpose = $1 AND kid = $2 AND state = 'active' AND sign_until > now()
-                         FOR SHARE",
+                         FOR KEY SHARE",
                     )
                     .bind(purpose.as_str())
                     .bind(&signer.kid)

@@ -150,7 +150,8 @@ pub async fn get_app(
     }
 }
 
-/// Validates an entry for publication: a valid app id, the read-time rules, and the size bound.
+/// Validates an entry for publication: a valid app id, the read-time rules, the publication
+/// rules ([`super::rules`]: links, routes, limits), and the size bound.
 pub fn validate_for_publication(value: &Value) -> Result<AppRegistryEntry, RegistryError> {
     let entry = AppRegistryEntry::parse(value).map_err(RegistryError::Invalid)?;
     if !is_valid_app_id(&entry.id) {
@@ -159,6 +160,7 @@ pub fn validate_for_publication(value: &Value) -> Result<AppRegistryEntry, Regis
                 .into(),
         ));
     }
+    super::rules::check(value).map_err(RegistryError::Invalid)?;
     let size = serde_json::to_vec(value)
         .map(|v| v.len())
         .unwrap_or(usize::MAX);
@@ -166,6 +168,32 @@ pub fn validate_for_publication(value: &Value) -> Result<AppRegistryEntry, Regis
         return Err(RegistryError::TooLarge { bytes: size });
     }
     Ok(entry)
+}
+
+/// Publishes one app may make per minute (its heartbeat publishes once a minute per replica, and
+/// every 5 s while a publish keeps failing).
+pub const MAX_PUBLISHES_PER_MINUTE: i32 = 60;
+
+/// Counts a publish of `app_id` in the current minute: `Ok(None)` when it is within
+/// [`MAX_PUBLISHES_PER_MINUTE`], else `Ok(Some(seconds))` until the next minute begins.
+pub async fn count_publish(
+    conn: &mut PgConnection,
+    app_id: &str,
+) -> Result<Option<u64>, RegistryError> {
+    let (publishes, retry_after): (i32, f64) = sqlx::query_as(
+        "INSERT INTO registry.publish_rate AS r (app_id, window_start, publishes)
+         VALUES ($1, date_trunc('minute', now()), 1)
+         ON CONFLICT (app_id) DO UPDATE SET
+           publishes = CASE WHEN r.window_start = date_trunc('minute', now())
+                            THEN r.publishes + 1 ELSE 1 END,
+           window_start = date_trunc('minute', now())
+         RETURNING publishes,
+           extract(epoch FROM date_trunc('minute', now()) + interval '1 minute' - now())::float8",
+    )
+    .bind(app_id)
+    .fetch_one(conn)
+    .await?;
+    Ok((publishes > MAX_PUBLISHES_PER_MINUTE).then(|| retry_after.ceil().max(1.0) as u64))
 }
 
 /// Publishes (or renews) an app's entry, alive for `ttl` from now.

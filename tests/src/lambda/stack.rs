@@ -61,6 +61,11 @@ impl Stack {
             ("IdentityPreviousKey", String::new()),
             ("IdentityNextKey", String::new()),
             ("LogLevel", "info".to_string()),
+            // Apps the functions call listen on this machine's own network.
+            ("AppNetworks", {
+                let ip = crate::machine_address();
+                format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 })
+            }),
         ]);
         Stack {
             db,

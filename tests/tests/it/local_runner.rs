@@ -317,6 +317,62 @@ async fn live_updates_are_visible_locally_without_aws() {
     assert_eq!(events[0]["appId"], "demo");
     assert_eq!(events[0]["orderingKey"], "board-1");
     assert_eq!(events[0]["payload"]["d"]["n"], 1);
+    // The runner's own routes answer only to a loopback Host (a rebinding page sends its own).
+    let port = runner
+        .base_url
+        .rsplit(':')
+        .next()
+        .expect("port")
+        .to_string();
+    for (host, status) in [
+        ("attacker.example".to_string(), 403),
+        (format!("attacker.example:{port}"), 403),
+        (format!("127.0.0.1.nip.io:{port}"), 403),
+        (format!("localhost:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+    ] {
+        let reply = client
+            .get(format!("{}/_local/live-events", runner.base_url))
+            .header("host", &host)
+            .send()
+            .await
+            .expect("live events");
+        assert_eq!(reply.status().as_u16(), status, "Host {host}");
+    }
+    runner.stop();
+}
+
+#[tokio::test]
+async fn the_runners_own_routes_exist_only_on_a_loopback_listener() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+        ("K2B_LOCAL_SMTP_SINK", "off"),
+    ];
+    let runner = LocalRunner::start_on(&env, "0.0.0.0:0");
+    let port = runner
+        .base_url
+        .rsplit(':')
+        .next()
+        .expect("port")
+        .to_string();
+    let client = reqwest::Client::new();
+    let health = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(health.status().as_u16(), 200);
+    for path in ["/_local/mail", "/_local/live-events"] {
+        let reply = client
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .send()
+            .await
+            .expect("local route");
+        assert_eq!(reply.status().as_u16(), 404, "{path}");
+    }
     runner.stop();
 }
 

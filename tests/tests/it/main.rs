@@ -2,6 +2,7 @@
 
 mod branding;
 mod cloud_login;
+mod hardening;
 mod help;
 mod identity;
 mod keys_function;

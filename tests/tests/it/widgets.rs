@@ -120,8 +120,17 @@ impl Provider {
     }
 }
 
-/// Starts a provider that records every request and runs `behaviour`.
+/// Starts a provider on loopback that records every request and runs `behaviour`.
 pub async fn provider(counters: Arc<Counters>, behaviour: Behaviour) -> Provider {
+    provider_on(counters, behaviour, std::net::Ipv4Addr::LOCALHOST.into()).await
+}
+
+/// [`provider`] listening on `ip`.
+pub async fn provider_on(
+    counters: Arc<Counters>,
+    behaviour: Behaviour,
+    ip: std::net::IpAddr,
+) -> Provider {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     let router = Router::new().fallback(move |request: Request| {
@@ -151,7 +160,7 @@ pub async fn provider(counters: Arc<Counters>, behaviour: Behaviour) -> Provider
         }
     });
     Provider {
-        origin: serve(router).await,
+        origin: k2b_tests::serve_on(router, ip).await,
         seen,
     }
 }

@@ -688,6 +688,7 @@ async fn a_service_account_reads_as_the_person_it_acts_for() {
             credential_kind: k2b_core::auth::CredentialKind::ApiKey,
             credential_id: "key".into(),
             scopes: vec!["read".into()],
+            app_id: None,
         })
     }
     fn resource_bound(_: &HelpDb) -> Actor {
@@ -698,6 +699,7 @@ async fn a_service_account_reads_as_the_person_it_acts_for() {
             credential_kind: k2b_core::auth::CredentialKind::ApiKey,
             credential_id: "key".into(),
             scopes: vec!["read".into()],
+            app_id: None,
         })
     }
     let site = HelpSite::start(Some(delegated)).await;

@@ -651,3 +651,63 @@ async fn eight_concurrent_maintenance_runs_keep_one_active_key_per_purpose() {
         assert!(pending <= 1, "{purpose}");
     }
 }
+
+/// Sessions longer than a day widen their key's verify window inside the issuance that holds
+/// the key row; eight concurrent 48 h issuances all complete (none is chosen as a deadlock
+/// victim, none waits out its deadline).
+#[tokio::test]
+async fn concurrent_long_sessions_widen_the_verify_window_without_deadlock() {
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    core.settings
+        .set("user.session.expiry_hours", serde_json::json!(48))
+        .await
+        .expect("48 h sessions");
+    let users = {
+        let mut users = Vec::new();
+        for i in 0..8 {
+            users.push(create_user(&core, &format!("user{i}"), false).await);
+        }
+        users
+    };
+    core.identity
+        .prepare_signer(Purpose::Session)
+        .await
+        .expect("signer");
+    // A key near the end of its signing period verifies a day past it: shorter than 48 h.
+    sqlx::query(
+        "UPDATE auth.signing_keys SET sign_until = now() + interval '30 minutes',
+                verify_until = now() + interval '1 day 30 minutes'
+         WHERE purpose = 'session' AND state = 'active'",
+    )
+    .execute(&core.pool)
+    .await
+    .expect("an ageing key");
+    let before: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT verify_until FROM auth.signing_keys WHERE purpose = 'session' AND state = 'active'",
+    )
+    .fetch_one(&core.pool)
+    .await
+    .expect("window");
+    let issued = futures::future::join_all(users.iter().map(|user| {
+        core.identity.issue_session(
+            &core.settings,
+            SessionRequest::web(user.id),
+            IssueOptions::timeout(10_000.0),
+        )
+    }))
+    .await;
+    for (i, result) in issued.iter().enumerate() {
+        assert!(result.is_ok(), "issuance {i}: {result:?}");
+    }
+    let after: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT verify_until FROM auth.signing_keys WHERE purpose = 'session' AND state = 'active'",
+    )
+    .fetch_one(&core.pool)
+    .await
+    .expect("window");
+    assert!(
+        after > before && after >= chrono::Utc::now() + chrono::Duration::hours(48),
+        "{before} -> {after}"
+    );
+}

@@ -308,3 +308,26 @@ async fn issued_sessions_verify_and_count() {
     );
     assert!(f.core.identity.metrics().snapshot().verify_failure >= 1);
 }
+
+/// Forged key ids cost one query per interval, not one each: twenty tokens naming kids the ring
+/// never had are refused after at most one key-set load; the real kid still verifies.
+#[tokio::test]
+async fn forged_key_ids_do_not_cost_a_query_each() {
+    let f = fixture().await;
+    let genuine = sign(&f, "cloud-session+jwt", &claims(f.user)).await;
+    assert!(verifies(&f, &genuine).await);
+    let before = f.core.identity.metrics().snapshot().unknown_kid_refresh;
+    let foreign = k2b_core::identity::keys::generate().expect("key");
+    let signing = k2b_core::identity::keys::import(&foreign.kid, &foreign.public, &foreign.private)
+        .expect("import");
+    for _ in 0..20 {
+        let kid = uuid::Uuid::new_v4().to_string();
+        let forged =
+            k2b_core::identity::jwt::encode(&kid, "cloud-session+jwt", &claims(f.user), &signing)
+                .expect("forged");
+        assert!(!verifies(&f, &forged).await);
+    }
+    let loads = f.core.identity.metrics().snapshot().unknown_kid_refresh - before;
+    assert!(loads <= 1, "{loads} key-set loads for 20 forged kids");
+    assert!(verifies(&f, &genuine).await);
+}

@@ -38,6 +38,9 @@ fn each_function_holds_only_what_it_needs() {
         if needs.mail_objects {
             expected.insert("K2B_MAIL_BUCKET");
         }
+        if needs.app_calls {
+            expected.insert("K2B_APP_NETWORKS");
+        }
         if held != expected {
             problems.push(format!(
                 "{}: holds {held:?}, needs {expected:?}",

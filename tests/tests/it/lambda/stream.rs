@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::Stack;
-use crate::widgets::{Counters, answers, behaviour, provider, register, summary_widget};
+use crate::widgets::{Counters, answers, behaviour, provider_on, register, summary_widget};
 
 /// How long the slow provider takes.
 const SLOW: Duration = Duration::from_millis(1500);
@@ -17,17 +17,22 @@ async fn the_widget_stream_arrives_line_by_line_in_the_streaming_mode() {
     let stack = Stack::new().await;
     let (_, cookie) = stack.admin().await;
     let counters = Arc::new(Counters::default());
-    let fast = provider(
+    // The function runs in production mode: its apps listen on this machine's network, which
+    // the stack lists in `AppNetworks` (loopback is never reachable there).
+    let network = k2b_tests::machine_address();
+    let fast = provider_on(
         counters.clone(),
         answers(json!({"title": "Fast", "blocks": []})),
+        network,
     )
     .await;
-    let slow = provider(
+    let slow = provider_on(
         counters.clone(),
         behaviour(|_| async {
             tokio::time::sleep(SLOW).await;
             axum::Json(json!({"title": "Slow", "blocks": []}))
         }),
+        network,
     )
     .await;
     register(&stack.core, "fast", &fast.origin, summary_widget()).await;

@@ -229,13 +229,16 @@ async fn scenario_23_shell_and_contract_shapes() {
             .await
             .expect("shell")
     );
-    k2b_core::registry::store::upsert(
-        &mut conn,
-        &entry("shell", "/pwa"),
-        k2b_core::registry::APP_REGISTRY_TTL,
-    )
-    .await
-    .expect("upsert");
+    // Only the shell app may claim /pwa at all.
+    assert!(
+        k2b_core::registry::store::upsert(
+            &mut conn,
+            &entry("shell", "/pwa"),
+            k2b_core::registry::APP_REGISTRY_TTL,
+        )
+        .await
+        .is_err()
+    );
     assert!(
         !k2b_core::pwa::shell_available(&pwa.core)
             .await
