@@ -287,36 +287,11 @@ async fn oauth_actor(core: &Core, token: &str) -> Result<Actor, AuthError> {
     let mut conn = core.pool.acquire().await?;
     match claims.principal {
         AccessPrincipal::ServiceAccount(id) => {
-            #[derive(sqlx::FromRow)]
-            struct Account {
-                kind: String,
-                status: String,
-                delegated_user_id: Option<uuid::Uuid>,
-                app_id: Option<String>,
-                resource_type: Option<String>,
-                resource_id: Option<String>,
-            }
-            let account: Option<Account> = sqlx::query_as(
-                "SELECT kind, status, delegated_user_id, app_id, resource_type, resource_id
-                 FROM auth.service_accounts WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            let Some(account) = account.filter(|a| a.status == "active") else {
+            let Some(account) = crate::auth::active_service_account(&mut conn, id).await? else {
                 return Ok(Actor::Anonymous);
             };
-            let (kind, delegated_user_id) = (account.kind.as_str(), account.delegated_user_id);
-            let app_id = crate::auth::app_of_account(
-                account.app_id.as_deref(),
-                account.resource_type.as_deref(),
-                account.resource_id.as_deref(),
-            );
-            let kind = if kind == "user_delegated" {
-                ServiceAccountKind::UserDelegated
-            } else {
-                ServiceAccountKind::ResourceBound
-            };
+            let (kind, delegated_user_id, app_id) =
+                (account.kind, account.delegated_user_id, account.app_id);
             let delegated_user = match (kind, delegated_user_id) {
                 (ServiceAccountKind::UserDelegated, Some(user_id)) => {
                     let user = find_user(&mut conn, user_id).await?;

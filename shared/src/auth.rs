@@ -40,6 +40,50 @@ pub fn app_of_account(
     })
 }
 
+/// An active service account as a credential sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveServiceAccount {
+    pub kind: ServiceAccountKind,
+    pub delegated_user_id: Option<Uuid>,
+    /// The registered app it belongs to ([`app_of_account`]).
+    pub app_id: Option<String>,
+}
+
+/// The service account `id` if it exists and is active.
+pub async fn active_service_account(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> Result<Option<ActiveServiceAccount>, sqlx::Error> {
+    #[derive(FromRow)]
+    struct Row {
+        kind: String,
+        delegated_user_id: Option<Uuid>,
+        app_id: Option<String>,
+        resource_type: Option<String>,
+        resource_id: Option<String>,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT kind, delegated_user_id, app_id, resource_type, resource_id
+         FROM auth.service_accounts WHERE id = $1 AND status = 'active'",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|row| ActiveServiceAccount {
+        kind: if row.kind == "user_delegated" {
+            ServiceAccountKind::UserDelegated
+        } else {
+            ServiceAccountKind::ResourceBound
+        },
+        delegated_user_id: row.delegated_user_id,
+        app_id: app_of_account(
+            row.app_id.as_deref(),
+            row.resource_type.as_deref(),
+            row.resource_id.as_deref(),
+        ),
+    }))
+}
+
 /// Whether a credential is a reserved workload credential: resource-bound with a reserved scope.
 pub fn is_reserved_workload_credential(kind: ServiceAccountKind, scopes: &[String]) -> bool {
     kind == ServiceAccountKind::ResourceBound

@@ -366,3 +366,58 @@ impl Write for CaptureWriter {
         Ok(())
     }
 }
+
+/// A paired phone of `user` (an `auth.pwa_devices` row), for app sessions.
+pub async fn pwa_device(pool: &sqlx::PgPool, user: uuid::Uuid) -> uuid::Uuid {
+    let device = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO auth.pwa_devices (id, user_id, name, platform, auth_epoch, secret_hash, rotated_at)
+         VALUES ($1, $2, 'iPhone', 'ios', 0, repeat('a', 64), now())",
+    )
+    .bind(device)
+    .bind(user)
+    .execute(pool)
+    .await
+    .unwrap_or_else(|e| panic!("device: {e}"));
+    device
+}
+
+/// An active service account: delegated by `user` when given, else bound to a resource that is
+/// not an app.
+pub async fn service_account(pool: &sqlx::PgPool, user: Option<uuid::Uuid>) -> uuid::Uuid {
+    let statement = match user {
+        Some(_) => {
+            "INSERT INTO auth.service_accounts (kind, name, delegated_user_id)
+             VALUES ('user_delegated', 'reports cli', $1) RETURNING id"
+        }
+        None => {
+            "INSERT INTO auth.service_accounts (kind, name, resource_type, resource_id)
+             VALUES ('resource_bound', 'nightly report', 'report', 'nightly') RETURNING id"
+        }
+    };
+    let query = sqlx::query_scalar(statement);
+    let query = match user {
+        Some(user) => query.bind(user),
+        None => query,
+    };
+    query
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("service account: {e}"))
+}
+
+/// A new API key (`cld_…`) of `account` with `scopes`.
+pub async fn api_key(pool: &sqlx::PgPool, account: uuid::Uuid, scopes: &[&str]) -> String {
+    let token = k2b_core::identity::workload::new_token();
+    sqlx::query(
+        "INSERT INTO auth.service_account_credentials (service_account_id, token_hash, scopes)
+         VALUES ($1, $2, $3)",
+    )
+    .bind(account)
+    .bind(k2b_core::identity::workload::hash_token(&token))
+    .bind(scopes)
+    .execute(pool)
+    .await
+    .unwrap_or_else(|e| panic!("credential: {e}"));
+    token
+}

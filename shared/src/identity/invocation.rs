@@ -710,27 +710,18 @@ pub async fn resolve_invocation_actor(
             let Ok(account_id) = Uuid::parse_str(&claims.sub) else {
                 return Ok(None);
             };
-            let row: Option<(String, String, Option<String>)> = sqlx::query_as(
-                "SELECT kind, status, app_id FROM auth.service_accounts WHERE id = $1",
-            )
-            .bind(account_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            let Some((kind, _, app_id)) = row.filter(|(_, status, _)| status == "active") else {
+            let Some(account) = crate::auth::active_service_account(&mut *conn, account_id).await?
+            else {
                 return Ok(None);
             };
             Ok(Some(Actor::ServiceAccount(ServiceAccountActor {
                 id: account_id,
-                kind: if kind == "user_delegated" {
-                    ServiceAccountKind::UserDelegated
-                } else {
-                    ServiceAccountKind::ResourceBound
-                },
+                kind: account.kind,
                 delegated_user: None,
                 credential_kind: claims.credential_kind,
                 credential_id: claims.credential_id.clone().unwrap_or_default(),
                 scopes: claims.scopes.clone(),
-                app_id,
+                app_id: account.app_id,
             })))
         }
     }

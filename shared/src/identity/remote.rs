@@ -193,7 +193,6 @@ impl RemoteKeySet {
             let now = Instant::now();
             let mut state = lock(&state);
             state.flight = None;
-            state.waiters = 0;
             match &fresh {
                 Some(fresh) if !forced => {
                     state.keys = Some(fresh.clone());

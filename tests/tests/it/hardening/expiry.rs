@@ -5,9 +5,8 @@ use http::{HeaderMap, HeaderValue, header};
 use k2b_core::Core;
 use k2b_core::access::authenticate;
 use k2b_core::auth::{Actor, UserRecord};
+use k2b_core::identity::IssueOptions;
 use k2b_core::identity::session::SessionRequest;
-use k2b_core::identity::{IssueOptions, workload};
-use uuid::Uuid;
 
 use super::Widgets;
 
@@ -31,16 +30,7 @@ fn cookie(name: &str, token: &str) -> HeaderMap {
 }
 
 async fn app_session(core: &Core, user: &UserRecord) -> String {
-    let device = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO auth.pwa_devices (id, user_id, name, platform, auth_epoch, secret_hash, rotated_at)
-         VALUES ($1, $2, 'iPhone', 'ios', 0, repeat('a', 64), now())",
-    )
-    .bind(device)
-    .bind(user.id)
-    .execute(&core.pool)
-    .await
-    .expect("device");
+    let device = k2b_tests::pwa_device(&core.pool, user.id).await;
     core.identity
         .issue_session(
             &core.settings,
@@ -57,25 +47,8 @@ async fn app_session(core: &Core, user: &UserRecord) -> String {
 
 /// A delegated API key of `user` (a `cld_` token of a user-delegated service account).
 async fn delegated_key(core: &Core, user: &UserRecord) -> String {
-    let account: Uuid = sqlx::query_scalar(
-        "INSERT INTO auth.service_accounts (kind, name, delegated_user_id)
-         VALUES ('user_delegated', 'reports cli', $1) RETURNING id",
-    )
-    .bind(user.id)
-    .fetch_one(&core.pool)
-    .await
-    .expect("account");
-    let token = workload::new_token();
-    sqlx::query(
-        "INSERT INTO auth.service_account_credentials (service_account_id, token_hash, scopes)
-         VALUES ($1, $2, ARRAY['read'])",
-    )
-    .bind(account)
-    .bind(workload::hash_token(&token))
-    .execute(&core.pool)
-    .await
-    .expect("credential");
-    token
+    let account = k2b_tests::service_account(&core.pool, Some(user.id)).await;
+    k2b_tests::api_key(&core.pool, account, &["read"]).await
 }
 
 #[tokio::test]

@@ -248,13 +248,7 @@ async fn client_credentials_act_as_the_service_account_while_it_is_active() {
     )
     .await;
     register(&w.core, "weather", &app.origin, summary_widget()).await;
-    let account: uuid::Uuid = sqlx::query_scalar(
-        "INSERT INTO auth.service_accounts (kind, name, resource_type, resource_id)
-         VALUES ('resource_bound', 'nightly report', 'report', 'nightly') RETURNING id",
-    )
-    .fetch_one(&w.core.pool)
-    .await
-    .expect("account");
+    let account = k2b_tests::service_account(&w.core.pool, None).await;
     let mut token_claims = claims(&w.core, "read").await;
     token_claims["service_account_id"] = json!(account.to_string());
     token_claims["sub"] = json!(account.to_string());

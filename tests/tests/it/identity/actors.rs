@@ -58,16 +58,7 @@ async fn an_app_session_is_an_app_session_and_never_admin() {
     let db = TestDb::new().await;
     let core = core_for(&db);
     let admin = create_user(&core, "ada", true).await;
-    let device = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO auth.pwa_devices (id, user_id, name, platform, auth_epoch, secret_hash, rotated_at)
-         VALUES ($1, $2, 'iPhone', 'ios', 0, repeat('a', 64), now())",
-    )
-    .bind(device)
-    .bind(admin.id)
-    .execute(&core.pool)
-    .await
-    .expect("device");
+    let device = k2b_tests::pwa_device(&core.pool, admin.id).await;
     let token = session(
         &core,
         SessionRequest {

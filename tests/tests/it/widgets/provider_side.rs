@@ -257,23 +257,8 @@ async fn scenario_33_workload_credentials_are_refused_on_the_internal_route() {
             .await
             .expect("credential");
     // An ordinary resource-bound key: a service account for a resource that is not an app.
-    let account: uuid::Uuid = sqlx::query_scalar(
-        "INSERT INTO auth.service_accounts (kind, name, resource_type, resource_id)
-         VALUES ('resource_bound', 'nightly report', 'report', 'nightly') RETURNING id",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .expect("account");
-    let ordinary = workload::new_token();
-    sqlx::query(
-        "INSERT INTO auth.service_account_credentials (service_account_id, token_hash, scopes)
-         VALUES ($1, $2, ARRAY['read'])",
-    )
-    .bind(account)
-    .bind(workload::hash_token(&ordinary))
-    .execute(&mut *conn)
-    .await
-    .expect("credential");
+    let account = k2b_tests::service_account(&app.core.pool, None).await;
+    let ordinary = k2b_tests::api_key(&app.core.pool, account, &["read"]).await;
     drop(conn);
     let response = app
         .internal("")
