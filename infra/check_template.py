@@ -1,12 +1,16 @@
 """Checks what cfn-lint cannot: after the SAM transform, every HTTP route of every function is
-on the REST API, the widget routes stream their responses, and every function builds a binary
-of the workspace. Run by infra/test.sh; needs aws-sam-translator (installed with cfn-lint).
+on the REST API, the widget routes stream their responses, every function builds a binary of
+the workspace, the schema migration runs the `migrate` function before every other function is
+created or updated, and every function has an Errors and a Throttles alarm. Run by
+infra/test.sh; needs aws-sam-translator (installed with cfn-lint).
 
 `--describe` prints the deployed shape as JSON instead, read from the transformed template: per
 function its binary, timeout, memory, environment (intrinsics kept as they are), what its role
-allows, its REST API routes (path, method, streamed) and its other triggers (schedules with
-their input, queues with their response types); and the API's stage and binary media types. The Lambda tests build the
-events they send from it."""
+allows, its REST API routes (path, method, streamed), its other triggers (schedules with
+their input, queues with their response types), the resources it depends on and the AWS/Lambda
+metrics it alarms on; the custom resources (type, the function that serves them, properties);
+and the API's stage and binary media types. The Lambda tests build the events they send from
+it."""
 
 import json
 import logging
@@ -20,6 +24,11 @@ from samtranslator.yaml_helper import yaml_parse
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STREAMED = {("/api/widgets/v1", "get"), ("/api/widgets/v1/{appId}/{widgetId}", "get")}
+# The custom resource that migrates the schema, and the binary that serves it.
+SCHEMA_MIGRATION = "SchemaMigration"
+MIGRATE_BINARY = "migrate"
+# Every function alarms on these AWS/Lambda metrics.
+ALARMED_METRICS = ("Errors", "Throttles")
 
 
 class NoManagedPolicies:
@@ -47,9 +56,46 @@ def streamed(integration: dict) -> bool:
     )
 
 
+def depends_on(resource: dict) -> list:
+    """A resource's DependsOn as a list."""
+    value = resource.get("DependsOn", [])
+    return [value] if isinstance(value, str) else list(value)
+
+
+def alarmed_metrics(resources: dict) -> dict:
+    """Function logical id -> the AWS/Lambda metrics an alarm watches for it."""
+    alarmed = {}
+    for resource in resources.values():
+        if resource["Type"] != "AWS::CloudWatch::Alarm":
+            continue
+        props = resource.get("Properties", {})
+        if props.get("Namespace") != "AWS/Lambda":
+            continue
+        for dimension in props.get("Dimensions", []):
+            value = dimension.get("Value")
+            if dimension.get("Name") == "FunctionName" and isinstance(value, dict) and "Ref" in value:
+                alarmed.setdefault(value["Ref"], set()).add(props.get("MetricName"))
+    return alarmed
+
+
+def custom_resources(resources: dict) -> dict:
+    """Custom resources: type, the function serving them (its logical id), other properties."""
+    found = {}
+    for name, resource in resources.items():
+        kind = resource["Type"]
+        if not (kind.startswith("Custom::") or kind == "AWS::CloudFormation::CustomResource"):
+            continue
+        props = dict(resource.get("Properties", {}))
+        token = props.pop("ServiceToken", None)
+        function = token["Fn::GetAtt"][0] if isinstance(token, dict) and "Fn::GetAtt" in token else None
+        found[name] = {"type": kind, "function": function, "properties": props}
+    return found
+
+
 def describe() -> dict:
     source, output = load()
     resources = output["Resources"]
+    alarmed = alarmed_metrics(source["Resources"])
     functions = {}
     for name, resource in resources.items():
         if resource["Type"] != "AWS::Lambda::Function":
@@ -64,6 +110,8 @@ def describe() -> dict:
             "routes": [],
             "schedules": [],
             "queues": [],
+            "dependsOn": sorted(depends_on(resource)),
+            "alarms": sorted(alarmed.get(name, set())),
         }
     for name, resource in resources.items():
         props = resource.get("Properties", {})
@@ -116,6 +164,7 @@ def describe() -> dict:
         "stage": stages[0] if len(stages) == 1 else None,
         "binaryMediaTypes": body.get("x-amazon-apigateway-binary-media-types", []),
         "functions": functions,
+        "customResources": custom_resources(resources),
     }
 
 
@@ -149,6 +198,32 @@ def main() -> int:
     }
     if missing_functions:
         problems.append(f"functions without a template resource: {sorted(missing_functions)}")
+
+    # The schema first: SchemaMigration is served by the migrate function, and every other
+    # function waits for it (so it runs new code only on the schema that code expects).
+    migration = source["Resources"].get(SCHEMA_MIGRATION)
+    token = (migration or {}).get("Properties", {}).get("ServiceToken")
+    migrators = [
+        name
+        for name, function in functions.items()
+        if function.get("Metadata", {}).get("BuildProperties", {}).get("Binary") == MIGRATE_BINARY
+    ]
+    if migration is None:
+        problems.append(f"no {SCHEMA_MIGRATION} custom resource")
+    elif len(migrators) != 1 or token != {"Fn::GetAtt": [migrators[0], "Arn"]}:
+        problems.append(f"{SCHEMA_MIGRATION}: ServiceToken must be the Arn of the {MIGRATE_BINARY} function")
+    for name, function in functions.items():
+        if name in migrators:
+            if SCHEMA_MIGRATION in depends_on(function):
+                problems.append(f"{name}: serves {SCHEMA_MIGRATION} and cannot depend on it")
+        elif SCHEMA_MIGRATION not in depends_on(function):
+            problems.append(f"{name}: does not DependsOn {SCHEMA_MIGRATION}")
+
+    alarmed = alarmed_metrics(source["Resources"])
+    for name in functions:
+        for metric in ALARMED_METRICS:
+            if metric not in alarmed.get(name, set()):
+                problems.append(f"{name}: no alarm on AWS/Lambda {metric}")
 
     apis = [r for r in output["Resources"].values() if r["Type"] == "AWS::ApiGateway::RestApi"]
     if len(apis) != 1:

@@ -140,6 +140,13 @@ pub async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, DbError> {
     )
 }
 
+/// Every migration this binary carries, ascending.
+pub fn known_migrations() -> Vec<i64> {
+    let mut versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+    versions.sort_unstable();
+    versions
+}
+
 /// The newest migration this binary carries.
 pub fn latest_known_migration() -> Option<i64> {
     MIGRATOR.iter().map(|m| m.version).max()

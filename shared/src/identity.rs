@@ -399,7 +399,7 @@ impl Identity {
         let bounded = async move {
             // The work runs in its own task: a stalled refresh releases its callers at the
             // bound while its SQL ends at the same deadline through statement_timeout.
-            let task = tokio::spawn(work);
+            let task = tokio::spawn(tracing::Instrument::in_current_span(work));
             match tokio::time::timeout(timeout, task).await {
                 Ok(Ok(Ok(signer))) => Ok(signer),
                 Ok(Ok(Err(error))) => Err(Arc::new(error)),
@@ -408,13 +408,16 @@ impl Identity {
             }
         };
         let signers = self.0.signers.clone();
-        let result = self
+        let (result, joined) = self
             .0
             .flights
-            .run(purpose, bounded, move |signer| {
+            .run_joining(purpose, bounded, move |signer| {
                 Identity::cache_signer(&signers, signer)
             })
             .await;
+        if joined {
+            self.0.metrics.inc(Counter::SignerWait);
+        }
         if result.is_ok() {
             // This process may have just made the key: its kid is not "unknown".
             self.forget_key_set_load(purpose);
@@ -594,6 +597,27 @@ impl Identity {
         );
         self.prepare_signer(purpose).await?;
         Ok(true)
+    }
+
+    /// An operator's rotation of one purpose (see [`ring::rotate`]). A key created active
+    /// replaces the cached signer at once.
+    pub async fn rotate_key(&self, purpose: Purpose) -> Result<ring::Rotation, IdentityError> {
+        let rotation = ring::rotate(&self.0.pool, self.keks()?, purpose).await?;
+        tracing::info!(
+            purpose = purpose.as_str(),
+            rotation = ?rotation,
+            "identity signing key rotation requested"
+        );
+        if matches!(rotation, ring::Rotation::CreatedActive { .. }) {
+            self.invalidate_signer(purpose, None);
+            self.0.metrics.inc(Counter::RotationSuccess);
+        }
+        Ok(rotation)
+    }
+
+    /// The health of every purpose's key ring under this function's key-encryption keys.
+    pub async fn ring_health(&self) -> Result<Vec<ring::RingHealth>, IdentityError> {
+        ring::health(&self.0.pool, self.0.keks.as_ref()).await
     }
 
     /// The scheduled key maintenance: each purpose with its own 30 s deadline, then verify

@@ -12,8 +12,17 @@
 //!   own 503 rather than API Gateway's 504.
 //! - Event functions ([`serve_events`]) receive the raw payload (an SQS batch, an EventBridge
 //!   `Scheduled Event` envelope, a ScheduleV2 input) with the invocation's deadline.
+//!
+//! Every invocation runs inside the [`INVOCATION_SPAN`] (its request id, X-Ray trace id and, on
+//! an environment's first invocation, `coldStart`, on every log line) with its
+//! [`TraceContext`] current, and ends with one [`metrics::flush`]: an event function's when its
+//! handler returns, an HTTP function's when its response body has been sent or is dropped (a
+//! streamed body after its last line).
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -24,12 +33,17 @@ use http::{HeaderValue, Uri, header};
 use lambda_http::request::RequestContext;
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
+use tower::ServiceExt;
+use tracing::Instrument;
 
 use crate::Core;
 use crate::config::{Config, Mode, Needs};
 use crate::db::{self, DbLimits};
 use crate::http::ApiError;
 use crate::http::routes::Routes;
+use crate::telemetry::INVOCATION_SPAN;
+use crate::telemetry::metrics;
+use crate::telemetry::trace::{self, TraceContext};
 
 /// What a function is, for its bootstrap.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +67,7 @@ pub type Error = lambda_runtime::Error;
 pub fn serve_http(function: Function, routes: impl FnOnce(Core) -> Routes) -> Result<(), Error> {
     runtime()?.block_on(async move {
         let core = start(function, DbLimits::HTTP)?;
-        lambda_http::run(front_door(routes(core))).await
+        lambda_http::run(invocations(front_door(routes(core)))).await
     })
 }
 
@@ -64,7 +78,7 @@ pub fn serve_http_streaming(
 ) -> Result<(), Error> {
     runtime()?.block_on(async move {
         let core = start(function, DbLimits::HTTP)?;
-        lambda_http::run_with_streaming_response(front_door(routes(core))).await
+        lambda_http::run_with_streaming_response(invocations(front_door(routes(core)))).await
     })
 }
 
@@ -91,11 +105,26 @@ where
         let core = start(function, DbLimits::EVENTS)?;
         let handler = handler(core);
         lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
+            let context = TraceContext::new(
+                Some(event.context.request_id.clone()),
+                event
+                    .context
+                    .xray_trace_id
+                    .clone()
+                    .or_else(trace::xray_from_env),
+                None,
+            );
+            let span = begin_invocation(&context);
             let invocation = Invocation {
                 deadline: deadline_of(event.context.deadline),
                 payload: event.payload,
             };
-            handler(invocation)
+            let work = span.in_scope(|| handler(invocation));
+            async move {
+                // Success, error or a dropped future: the invocation's metrics leave either way.
+                let _flush = FlushOnDrop;
+                trace::scope(context, work).instrument(span).await
+            }
         }))
         .await
     })
@@ -119,6 +148,7 @@ fn start(function: Function, limits: DbLimits) -> Result<Core, Error> {
         }
     };
     crate::telemetry::init(config.log_format);
+    metrics::set_function(function.name);
     if let Some(notice) = config.local_mode_notice() {
         tracing::warn!(function = function.name, "{notice}");
     }
@@ -127,6 +157,99 @@ fn start(function: Function, limits: DbLimits) -> Result<Core, Error> {
     crate::sandbox::forbid_inspection();
     let pool = db::lazy_pool_with(&config, limits)?;
     Ok(Core::with_pool(config, pool))
+}
+
+/// Whether this execution environment has not served an invocation yet.
+static FIRST_INVOCATION: AtomicBool = AtomicBool::new(true);
+
+/// Starts the bookkeeping of one invocation: the `ColdStart` count on the environment's first,
+/// the request and trace ids of its metrics line, and its span. The span is at `ERROR` level so
+/// that it is enabled (and its fields are on the log lines) whatever `RUST_LOG` lets through.
+fn begin_invocation(context: &TraceContext) -> tracing::Span {
+    let cold = FIRST_INVOCATION.swap(false, Ordering::SeqCst);
+    metrics::begin_invocation(
+        context.request_id.clone(),
+        context.trace_id().map(str::to_string),
+    );
+    if cold {
+        metrics::count("ColdStart", 1);
+    }
+    let span = tracing::error_span!(
+        INVOCATION_SPAN,
+        requestId = tracing::field::Empty,
+        traceId = tracing::field::Empty,
+        traceparent = tracing::field::Empty,
+        coldStart = tracing::field::Empty,
+    );
+    if let Some(id) = &context.request_id {
+        span.record("requestId", id.as_str());
+    }
+    if let Some(trace_id) = context.trace_id() {
+        span.record("traceId", trace_id);
+    }
+    if let Some(traceparent) = &context.traceparent {
+        span.record("traceparent", traceparent.as_str());
+    }
+    if cold {
+        span.record("coldStart", true);
+    }
+    span
+}
+
+/// Flushes the invocation's metrics when dropped.
+struct FlushOnDrop;
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        metrics::flush();
+    }
+}
+
+/// The HTTP function as the Lambda runtime calls it: each request is one invocation (see the
+/// module documentation) whose metrics are flushed once its response body ended or was dropped.
+fn invocations(
+    router: Router,
+) -> impl tower::Service<
+    lambda_http::Request,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send,
+> + Clone {
+    tower::service_fn(move |request: lambda_http::Request| http_invocation(router.clone(), request))
+}
+
+async fn http_invocation(
+    router: Router,
+    request: lambda_http::Request,
+) -> Result<Response, Infallible> {
+    use lambda_http::RequestExt;
+    let lambda = request.lambda_context_ref();
+    let context = TraceContext::new(
+        lambda.map(|context| context.request_id.clone()),
+        lambda
+            .and_then(|context| context.xray_trace_id.clone())
+            .or_else(trace::xray_from_env),
+        request
+            .headers()
+            .get(trace::TRACEPARENT_HEADER)
+            .and_then(|value| value.to_str().ok()),
+    );
+    let span = begin_invocation(&context);
+    let response = trace::scope(context, router.oneshot(request))
+        .instrument(span)
+        .await?;
+    Ok(response.map(flush_when_done))
+}
+
+/// The body, flushing the invocation's metrics after its last chunk (or when it is dropped
+/// before that: a client gone, a buffered body collected).
+fn flush_when_done(body: axum::body::Body) -> axum::body::Body {
+    let mut flush = Some(FlushOnDrop);
+    let end = futures::stream::poll_fn(move |_| {
+        drop(flush.take());
+        Poll::Ready(None::<Result<bytes::Bytes, axum::Error>>)
+    });
+    axum::body::Body::from_stream(futures::StreamExt::chain(body.into_data_stream(), end))
 }
 
 /// The error type Lambda shows for a function that refused its configuration.

@@ -21,6 +21,7 @@ pub mod lambda;
 pub mod mail;
 #[cfg(feature = "test-util")]
 pub mod moto;
+pub mod operations;
 pub mod outbox;
 pub mod pwa;
 pub mod registry;

@@ -111,6 +111,16 @@ impl Settings {
         Ok(stored)
     }
 
+    /// Whether `key` has a stored value (rather than its fallback or default).
+    pub async fn is_stored(&self, key: &str) -> Result<bool, SettingsError> {
+        Ok(
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM settings.entries WHERE key = $1)")
+                .bind(key)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
     /// Reads a setting on `conn` (inside the caller's transaction), bypassing the cache. For
     /// decisions that must see the committed value now, such as whether a category is enabled.
     pub async fn get_uncached(

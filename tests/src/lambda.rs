@@ -2,8 +2,9 @@
 //! under an emulated Lambda Runtime API, fed events in the shapes AWS sends.
 //!
 //! - [`Deployment`] is `template.yaml` after the SAM transform (`infra/check_template.py
-//!   --describe`): every function's binary, timeout, memory, environment, REST API routes and
-//!   other triggers, the API's stage and binary media types.
+//!   --describe`): every function's binary, timeout, memory, environment, REST API routes,
+//!   other triggers, dependencies and alarms, the custom resources, the API's stage and binary
+//!   media types.
 //! - [`RuntimeApi`] serves the documented Runtime API (`/2018-06-01/runtime/invocation/next`,
 //!   `…/{id}/response` buffered or streamed with the `application/vnd.awslambda.http-integration-response`
 //!   prelude, `…/{id}/error`, `/init/error`) to one [`FunctionProcess`].
@@ -48,6 +49,21 @@ pub struct Deployment {
     pub binary_media_types: Vec<String>,
     /// By logical id.
     pub functions: BTreeMap<String, FunctionSpec>,
+    /// Custom resources by logical id.
+    #[serde(default)]
+    pub custom_resources: BTreeMap<String, CustomResource>,
+}
+
+/// A custom resource of the template.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CustomResource {
+    /// `Custom::…`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The logical id of the function its service token names.
+    pub function: Option<String>,
+    /// Its properties besides the service token, as the template has them.
+    pub properties: BTreeMap<String, Value>,
 }
 
 /// One function of the template.
@@ -68,6 +84,12 @@ pub struct FunctionSpec {
     pub routes: Vec<ApiRoute>,
     pub schedules: Vec<Schedule>,
     pub queues: Vec<QueueTrigger>,
+    /// The resources CloudFormation creates or updates before it (logical ids).
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// The AWS/Lambda metrics alarms watch for it (`Errors`, `Throttles`).
+    #[serde(default)]
+    pub alarms: Vec<String>,
 }
 
 /// A REST API route of a function.
@@ -241,6 +263,8 @@ impl StreamedResponse {
 
 struct Pending {
     id: String,
+    /// The X-Ray header sent as `Lambda-Runtime-Trace-Id`.
+    trace: String,
     event: Value,
     deadline_ms: u64,
     answer: oneshot::Sender<Outcome>,
@@ -335,13 +359,7 @@ async fn next(State(shared): State<Arc<Shared>>) -> Response {
                     "lambda-runtime-invoked-function-arn",
                     "arn:aws:lambda:eu-central-1:123456789012:function:k2b-test".to_string(),
                 ),
-                (
-                    "lambda-runtime-trace-id",
-                    format!(
-                        "Root=1-5f84c7a9-{};Sampled=0",
-                        &pending.id[..24.min(pending.id.len())]
-                    ),
-                ),
+                ("lambda-runtime-trace-id", pending.trace.clone()),
             ] {
                 if let Ok(value) = value.parse() {
                     headers.insert(name, value);
@@ -504,6 +522,47 @@ async fn init_error(
 
 // --- a function process ---------------------------------------------------------------------
 
+/// The ids the Runtime API sent with one invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// `Lambda-Runtime-Aws-Request-Id`.
+    pub request_id: String,
+    /// `Lambda-Runtime-Trace-Id`: `Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=1`, a new
+    /// trace for every invocation.
+    pub trace_header: String,
+}
+
+impl Sent {
+    /// The X-Ray trace id (`1-<8 hex>-<24 hex>`).
+    pub fn trace_id(&self) -> &str {
+        self.field("Root")
+    }
+
+    /// The parent (span) id of the trace header.
+    pub fn parent_id(&self) -> &str {
+        self.field("Parent")
+    }
+
+    fn field(&self, key: &str) -> &str {
+        self.trace_header
+            .split(';')
+            .find_map(|part| part.strip_prefix(key)?.strip_prefix('='))
+            .unwrap_or_default()
+    }
+}
+
+/// A trace header as Lambda sends it, for a new trace.
+fn new_trace_header() -> String {
+    let root = uuid::Uuid::new_v4().simple().to_string();
+    let parent = uuid::Uuid::new_v4().simple().to_string();
+    let epoch = epoch_ms() / 1000;
+    format!(
+        "Root=1-{epoch:08x}-{};Parent={};Sampled=1",
+        &root[..24],
+        &parent[..16]
+    )
+}
+
 /// A function's binary running under its own [`RuntimeApi`], with the environment Lambda gives
 /// it: the template's variables and Lambda's own (`AWS_LAMBDA_*`, region), nothing inherited.
 pub struct FunctionProcess {
@@ -513,7 +572,9 @@ pub struct FunctionProcess {
     started: Instant,
     timeout: Duration,
     output: Arc<Mutex<String>>,
+    stdout: Arc<Mutex<Vec<String>>>,
     invocations: std::sync::atomic::AtomicU64,
+    sent: Mutex<Vec<Sent>>,
 }
 
 impl FunctionProcess {
@@ -559,25 +620,35 @@ impl FunctionProcess {
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let output = Arc::new(Mutex::new(String::new()));
-        for pipe in [
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        for (pipe, lines) in [
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+                Some(stdout.clone()),
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+                None,
+            ),
+        ] {
+            let Some(pipe) = pipe else { continue };
             let sink = output.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     if let Ok(mut text) = sink.lock() {
                         text.push_str(&line);
                         text.push('\n');
+                    }
+                    if let Some(lines) = &lines
+                        && let Ok(mut lines) = lines.lock()
+                    {
+                        lines.push(line);
                     }
                 }
             });
@@ -589,7 +660,9 @@ impl FunctionProcess {
             started,
             timeout: Duration::from_secs(spec.timeout),
             output,
+            stdout,
             invocations: std::sync::atomic::AtomicU64::new(0),
+            sent: Mutex::new(Vec::new()),
         }
     }
 
@@ -599,9 +672,17 @@ impl FunctionProcess {
             .invocations
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let id = format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), number);
+        let trace = new_trace_header();
+        if let Ok(mut sent) = self.sent.lock() {
+            sent.push(Sent {
+                request_id: id.clone(),
+                trace_header: trace.clone(),
+            });
+        }
         let (answer, outcome) = oneshot::channel();
         let pending = Pending {
             id,
+            trace,
             event,
             deadline_ms: epoch_ms() + self.timeout.as_millis() as u64,
             answer,
@@ -688,6 +769,34 @@ impl FunctionProcess {
     /// Everything the process printed (its logs).
     pub fn output(&self) -> String {
         self.output.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// The lines the process wrote to stdout so far (JSON logs and metrics lines).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Waits (at most `wait`) until a line of stdout satisfies `found`, and returns it.
+    pub async fn wait_for_stdout(
+        &self,
+        wait: Duration,
+        found: impl Fn(&str) -> bool,
+    ) -> Option<String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(line) = self.stdout_lines().into_iter().find(|l| found(l)) {
+                return Some(line);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The ids sent with each invocation so far, in order.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.sent.lock().map(|s| s.clone()).unwrap_or_default()
     }
 }
 

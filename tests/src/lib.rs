@@ -421,3 +421,20 @@ pub async fn api_key(pool: &sqlx::PgPool, account: uuid::Uuid, scopes: &[&str]) 
     .unwrap_or_else(|e| panic!("credential: {e}"));
     token
 }
+
+/// Registers the PWA shell app (`pwa`, owning `/pwa`), as the running shell does.
+pub async fn register_pwa_shell(pool: &sqlx::PgPool) {
+    let mut conn = pool
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("connection: {e}"));
+    k2b_core::registry::store::upsert(
+        &mut conn,
+        &serde_json::json!({"id": "pwa", "name": "Shell", "icon": "ti ti-device-mobile",
+                            "description": "The installed app", "baseUrl": "http://127.0.0.1:9",
+                            "routes": ["/pwa"]}),
+        k2b_core::registry::APP_REGISTRY_TTL,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("register the shell: {e}"));
+}

@@ -1,5 +1,7 @@
 //! One render per logo version, shared by concurrent requests; a failed run is kept for 60 s so
-//! failing requests cannot start a worker each; a new logo renders at once.
+//! failing requests cannot start a worker each; a new logo renders at once. Counted as
+//! `IconRenders` / `IconWorkerFailures` per run (with its `IconRenderDuration`) and
+//! `IconCacheHits` per request the held run answers.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -7,7 +9,9 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k2b_core::branding::AppIconSource;
+use k2b_core::telemetry::metrics::{self, Unit};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::worker::{IconRenderer, RenderFailure, RenderedIcons};
 
@@ -53,20 +57,35 @@ impl AppIcons {
                     .is_some_and(|at| at.elapsed() >= Duration::from_secs(APP_ICON_RETRY_SECONDS));
                 run.version == source.version && !retry_due
             });
-            if !reusable {
+            if reusable {
+                metrics::count("IconCacheHits", 1);
+            } else {
                 let failed_at = Arc::new(Mutex::new(None));
                 let marker = failed_at.clone();
                 let work = self.renderer.render(source);
                 // The run proceeds on its own task: a client that disconnects does not stop it.
-                let task = tokio::spawn(async move {
-                    let result = work.await;
-                    if result.is_err()
-                        && let Ok(mut failed) = marker.lock()
-                    {
-                        *failed = Some(Instant::now());
+                let task = tokio::spawn(
+                    async move {
+                        let started = Instant::now();
+                        let result = work.await;
+                        metrics::observe(
+                            "IconRenderDuration",
+                            Unit::Milliseconds,
+                            started.elapsed().as_secs_f64() * 1000.0,
+                        );
+                        match &result {
+                            Ok(_) => metrics::count("IconRenders", 1),
+                            Err(_) => {
+                                metrics::count("IconWorkerFailures", 1);
+                                if let Ok(mut failed) = marker.lock() {
+                                    *failed = Some(Instant::now());
+                                }
+                            }
+                        }
+                        result.map(Arc::new)
                     }
-                    result.map(Arc::new)
-                });
+                    .in_current_span(),
+                );
                 let result = async move {
                     task.await
                         .unwrap_or_else(|_| Err(RenderFailure("Icon rendering failed.".into())))

@@ -60,6 +60,9 @@ pub struct MaintenanceReport {
     pub cloud_login: k2b_core::cloud_login::CleanupReport,
     /// Cloud Login's "sign-in app enrolled" and "removed by an administrator" notices.
     pub authenticator_notices: notices::NoticeReport,
+    /// How long the oldest due outbox row has waited, whole seconds, outside the bulk mail lane
+    /// (emitted every run as the `OutboxOldestDueAgeSeconds` metric the outbox alarm watches).
+    pub outbox_oldest_due_age_seconds: u64,
 }
 
 /// The maintenance area's one error type.
@@ -67,6 +70,8 @@ pub struct MaintenanceReport {
 pub enum MaintenanceError {
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
+    #[error("outbox status: {0}")]
+    Outboxes(#[from] k2b_core::operations::OperationsError),
     #[error("pwa: {0}")]
     Pwa(#[from] PwaError),
     #[error("help: {0}")]
@@ -104,7 +109,16 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
         k2b_core::cloud_login::cleanup(&mut conn).await?
     };
     let authenticator_notices = notices::run_cloud_login(core).await?;
+    let outboxes = k2b_core::operations::outbox::status(&core.pool).await?;
+    let oldest_due = k2b_core::operations::outbox::oldest_due_age_seconds(&outboxes);
+    // Every run, zero included: the outbox alarm reads this series.
+    k2b_core::telemetry::metrics::gauge(
+        "OutboxOldestDueAgeSeconds",
+        k2b_core::telemetry::metrics::Unit::Seconds,
+        oldest_due,
+    );
     let report = MaintenanceReport {
+        outbox_oldest_due_age_seconds: oldest_due as u64,
         registry_pruned,
         help_corpora_deleted,
         expired_account_sessions,
@@ -134,6 +148,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
             cloud_login_proofs_deleted = report.cloud_login.proofs,
             authenticator_notices_sent = report.authenticator_notices.sent,
             authenticator_notices_deferred = report.authenticator_notices.deferred,
+            outbox_oldest_due_age_seconds = report.outbox_oldest_due_age_seconds,
             "maintenance run finished"
         );
     }

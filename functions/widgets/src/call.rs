@@ -1,6 +1,7 @@
 //! One call to an app's widget and what its answer means. Only the origin of the widget's URL is
-//! used; the call carries the invocation token, the request id, the trace context, the locale and
-//! the operation, never the browser's cookie or its own authorization. Bodies are read up to
+//! used; the call carries the invocation token, the request id, the trace context (in Lambda the
+//! invocation's `X-Amzn-Trace-Id` and a `traceparent`), the locale and the operation, never the
+//! browser's cookie or its own authorization. Bodies are read up to
 //! 128 KiB, parsed and checked; nothing of a body or an error text is ever logged.
 
 use std::sync::Arc;
@@ -10,6 +11,8 @@ use http::{HeaderMap, HeaderValue};
 use k2b_core::http::egress::{self, AppNetworks};
 use k2b_core::http::headers::client_request_id;
 use k2b_core::http::locale::{LOCALE_HEADER, preferred_locale};
+use k2b_core::telemetry::metrics::{self, Unit};
+use k2b_core::telemetry::trace::{self, TraceContext};
 use k2b_core::widgets::{
     DashboardWidget, INTERNAL_WIDGET_PATH, OPERATION_HEADER, SIZE_PARAM, WIDGET_MAX_RESPONSE_BYTES,
     WidgetResponse, WidgetSize, parse_widget_response, widget_operation,
@@ -97,6 +100,17 @@ impl Outcome {
         }
     }
 
+    /// The count this outcome adds to (see [`record_outcome`]).
+    pub fn metric(&self) -> &'static str {
+        match self {
+            Outcome::Ok(_) => "WidgetOk",
+            Outcome::Empty => "WidgetEmpty",
+            Outcome::Forbidden => "WidgetForbidden",
+            Outcome::Timeout(_) => "WidgetTimeout",
+            Outcome::Error(_) => "WidgetError",
+        }
+    }
+
     fn timeout(phase: Phase, reason: Reason, upstream_status: Option<u16>) -> Outcome {
         Outcome::Timeout(Rejection {
             phase,
@@ -153,21 +167,63 @@ fn log_refusal(widget: &DashboardWidget, refused: &egress::Refused) {
     );
 }
 
+/// Counts a widget's outcome (`WidgetOk`, `WidgetEmpty`, `WidgetForbidden`, `WidgetTimeout`,
+/// `WidgetError`, and `WidgetRefused` for an address outside the allowed networks) and keeps
+/// its latency as `WidgetLatency`.
+pub fn record_outcome(outcome: &Outcome, ms: u64) {
+    metrics::count(outcome.metric(), 1);
+    if let Outcome::Error(rejection) = outcome
+        && rejection.reason == Reason::DestinationRefused
+    {
+        metrics::count("WidgetRefused", 1);
+    }
+    metrics::observe("WidgetLatency", Unit::Milliseconds, ms as f64);
+}
+
 /// The caller's context forwarded to every app of one request.
 #[derive(Debug, Clone, Default)]
 pub struct CallContext {
     pub request_id: Option<String>,
+    /// The invocation's X-Ray trace header (`X-Amzn-Trace-Id`), in Lambda.
+    pub xray: Option<HeaderValue>,
     pub traceparent: Option<HeaderValue>,
     pub tracestate: Option<HeaderValue>,
     pub locale: Option<String>,
 }
 
 impl CallContext {
+    /// The context of this request: its headers and the invocation's trace context, if any.
     pub fn from_headers(headers: &HeaderMap) -> CallContext {
+        CallContext::with_trace(headers, trace::current())
+    }
+
+    /// The context from the request's headers and an invocation's trace context. In Lambda the
+    /// request id is the invocation's and the X-Ray header goes along; the caller's valid
+    /// `traceparent` (with its `tracestate`) is kept, else one derived from the X-Ray header is
+    /// used. Without an invocation (the local runner) the client's own valid request id is
+    /// forwarded.
+    pub fn with_trace(headers: &HeaderMap, invocation: Option<TraceContext>) -> CallContext {
+        let invocation = invocation.unwrap_or_default();
+        let incoming = headers
+            .get(trace::TRACEPARENT_HEADER)
+            .filter(|value| value.to_str().is_ok_and(trace::is_valid_traceparent))
+            .cloned();
+        let tracestate = incoming
+            .as_ref()
+            .and_then(|_| headers.get("tracestate").cloned());
+        let header = |value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|value| HeaderValue::from_str(value).ok())
+        };
         CallContext {
-            request_id: client_request_id(headers),
-            traceparent: headers.get("traceparent").cloned(),
-            tracestate: headers.get("tracestate").cloned(),
+            request_id: invocation
+                .request_id
+                .clone()
+                .or_else(|| client_request_id(headers)),
+            xray: header(&invocation.xray),
+            traceparent: incoming.or_else(|| header(&invocation.traceparent)),
+            tracestate,
             locale: preferred_locale(headers),
         }
     }
@@ -246,10 +302,13 @@ pub async fn call_widget(
         .bearer_auth(token)
         .header(OPERATION_HEADER, widget_operation(&widget.widget_id));
     if let Some(id) = &context.request_id {
-        request = request.header("x-request-id", id);
+        request = request.header(trace::REQUEST_ID_HEADER, id);
+    }
+    if let Some(value) = &context.xray {
+        request = request.header(trace::XRAY_HEADER, value.clone());
     }
     if let Some(value) = &context.traceparent {
-        request = request.header("traceparent", value.clone());
+        request = request.header(trace::TRACEPARENT_HEADER, value.clone());
     }
     if let Some(value) = &context.tracestate {
         request = request.header("tracestate", value.clone());
@@ -370,6 +429,48 @@ mod tests {
             target_url(&widget("not a url", "x"), WidgetSize::Large),
             None
         );
+    }
+
+    #[test]
+    fn in_lambda_calls_carry_the_invocations_request_id_and_trace() {
+        let xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let invocation = TraceContext::new(Some("lambda-request".into()), Some(xray.into()), None);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", HeaderValue::from_static("client-id"));
+        headers.insert("tracestate", HeaderValue::from_static("vendor=value"));
+        let context = CallContext::with_trace(&headers, Some(invocation.clone()));
+        assert_eq!(context.request_id.as_deref(), Some("lambda-request"));
+        assert_eq!(
+            context.xray.as_ref().map(|v| v.as_bytes()),
+            Some(xray.as_bytes())
+        );
+        assert_eq!(
+            context.traceparent.as_ref().and_then(|v| v.to_str().ok()),
+            Some("00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01")
+        );
+        // A tracestate belongs to the caller's own traceparent only.
+        assert_eq!(context.tracestate, None);
+
+        let incoming = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        headers.insert("traceparent", HeaderValue::from_static(incoming));
+        let context = CallContext::with_trace(&headers, Some(invocation));
+        assert_eq!(
+            context.traceparent.as_ref().and_then(|v| v.to_str().ok()),
+            Some(incoming)
+        );
+        assert_eq!(
+            context.tracestate.as_ref().and_then(|v| v.to_str().ok()),
+            Some("vendor=value")
+        );
+
+        // Outside Lambda: the client's own id, no X-Ray header.
+        let local = CallContext::with_trace(&headers, None);
+        assert_eq!(local.request_id.as_deref(), Some("client-id"));
+        assert_eq!(local.xray, None);
+        headers.insert("traceparent", HeaderValue::from_static("not-a-traceparent"));
+        let local = CallContext::with_trace(&headers, None);
+        assert_eq!(local.traceparent, None);
+        assert_eq!(local.tracestate, None);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use k2b_core::auth::Actor;
 use k2b_core::identity::invocation::{InvocationAuthority, InvocationRequest, build_claims};
 use k2b_core::identity::{INVOCATION_TOKEN_TYPE, IdentityError, IssueOptions, Purpose};
 use k2b_core::widgets::{DashboardWidget, widget_operation};
+use tracing::Instrument;
 
 /// The app id Core signs invocations as.
 const CALLER_APP: &str = "core";
@@ -29,17 +30,20 @@ pub(crate) async fn sign_all(
 ) -> Result<Vec<Result<String, IdentityError>>, IdentityError> {
     let core = core.clone();
     let authority = InvocationAuthority::from_actor(actor);
-    tokio::spawn(async move {
-        sign_in_guard(
-            &core,
-            authority,
-            &widgets,
-            request_id.as_deref(),
-            budget,
-            concurrency,
-        )
-        .await
-    })
+    tokio::spawn(
+        async move {
+            sign_in_guard(
+                &core,
+                authority,
+                &widgets,
+                request_id.as_deref(),
+                budget,
+                concurrency,
+            )
+            .await
+        }
+        .in_current_span(),
+    )
     .await
     .map_err(|_| IdentityError::InvalidInvocation("signing task"))?
 }

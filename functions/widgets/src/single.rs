@@ -16,7 +16,9 @@ use k2b_core::widgets::{SIZE_PARAM, fit_size, list_widgets};
 use tokio::time::{Instant, timeout_at};
 
 use crate::WidgetsState;
-use crate::call::{CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection};
+use crate::call::{
+    CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection, record_outcome,
+};
 use crate::signing::sign_all;
 
 fn deadline_exceeded() -> Response {
@@ -40,6 +42,11 @@ fn bad_gateway(reason: Reason) -> Response {
     ApiError::new(StatusCode::BAD_GATEWAY, code, message).into_response()
 }
 
+/// Milliseconds since `since`, as the widget's latency.
+fn millis(since: Instant) -> u64 {
+    (since.elapsed().as_secs_f64() * 1000.0).round() as u64
+}
+
 fn empty(status: StatusCode) -> Response {
     (
         status,
@@ -60,18 +67,22 @@ pub(crate) async fn widget(
     headers: HeaderMap,
 ) -> Response {
     let options = state.options.clone();
-    let deadline = Instant::now() + options.timeout;
+    let started = Instant::now();
+    let deadline = started + options.timeout;
     let context = CallContext::from_headers(&headers);
     let fail = |phase: Phase, reason: Reason| {
-        log_rejection(
-            &app_id,
-            &widget_id,
-            Rejection {
-                phase,
-                reason,
-                upstream_status: None,
-            },
-        );
+        let rejection = Rejection {
+            phase,
+            reason,
+            upstream_status: None,
+        };
+        log_rejection(&app_id, &widget_id, rejection);
+        let outcome = if reason == Reason::DeadlineExceeded {
+            Outcome::Timeout(rejection)
+        } else {
+            Outcome::Error(rejection)
+        };
+        record_outcome(&outcome, millis(started));
         if reason == Reason::DeadlineExceeded {
             deadline_exceeded()
         } else {
@@ -122,7 +133,9 @@ pub(crate) async fn widget(
         &widget.sizes,
         widget.default_size,
     );
-    match call_widget(&state.apps, widget, size, &token, &context, deadline).await {
+    let outcome = call_widget(&state.apps, widget, size, &token, &context, deadline).await;
+    record_outcome(&outcome, millis(started));
+    match outcome {
         Outcome::Ok(body) => axum::Json(body).into_response(),
         Outcome::Empty => empty(StatusCode::NO_CONTENT),
         Outcome::Forbidden => empty(StatusCode::FORBIDDEN),

@@ -20,6 +20,7 @@ use futures::stream::FuturesUnordered;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::auth::Actor;
 use k2b_core::http::ApiError;
+use k2b_core::telemetry::metrics;
 use k2b_core::widgets::{
     DashboardWidget, MAX_STREAM_WIDGETS, WidgetResponse, WidgetSize, fit_size, list_widgets,
 };
@@ -27,9 +28,12 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::WidgetsState;
-use crate::call::{CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection};
+use crate::call::{
+    CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection, record_outcome,
+};
 use crate::signing::sign_all;
 
 /// `<appId>/<widgetId>` with an optional `@small|@medium|@large`. A value that is itself a
@@ -156,6 +160,7 @@ pub(crate) async fn widgets(
                 reason = reason.as_str(),
                 "Widget registry unavailable"
             );
+            metrics::count("WidgetStreamUnavailable", 1);
             return unavailable("Widget registry is currently unavailable");
         }
     };
@@ -201,6 +206,7 @@ pub(crate) async fn widgets(
                     error = %error,
                     "Widget invocation authority unavailable"
                 );
+                metrics::count("WidgetStreamUnavailable", 1);
                 return unavailable("Widget invocation authority is currently unavailable");
             }
         }
@@ -235,14 +241,8 @@ pub(crate) async fn widgets(
     let cancel = CancellationToken::new();
     // Dropping the body (the client went away) cancels the fan-out.
     let guard = cancel.clone().drop_guard();
-    tokio::spawn(fan_out(
-        state,
-        jobs,
-        context,
-        stream_deadline,
-        sender,
-        cancel,
-    ));
+    // The fan-out logs under this invocation.
+    tokio::spawn(fan_out(state, jobs, context, stream_deadline, sender, cancel).in_current_span());
     let lines = futures::stream::unfold((receiver, guard), |(mut receiver, guard)| async move {
         let line = receiver.recv().await?;
         Some((Ok::<_, Infallible>(line), (receiver, guard)))
@@ -297,6 +297,8 @@ async fn run_one(
     if let Outcome::Timeout(rejection) | Outcome::Error(rejection) = &outcome {
         log_rejection(&job.widget.app_id, &job.widget.widget_id, *rejection);
     }
+    let ms = millis(started);
+    record_outcome(&outcome, ms);
     let widget = match &outcome {
         Outcome::Ok(widget) => Some(widget.as_ref()),
         _ => None,
@@ -305,7 +307,7 @@ async fn run_one(
         key: &job.key,
         status: outcome.status(),
         widget,
-        ms: millis(started),
+        ms,
     });
     let partial = matches!(outcome, Outcome::Timeout(_) | Outcome::Error(_));
     (job.index, line, partial)
@@ -360,11 +362,13 @@ async fn fan_out(
                 running.clear();
                 let ms = millis(started);
                 for (key, app_id, widget_id) in pending.iter_mut().filter_map(Option::take) {
-                    log_rejection(&app_id, &widget_id, Rejection {
+                    let rejection = Rejection {
                         phase: Phase::Provider,
                         reason: Reason::DeadlineExceeded,
                         upstream_status: None,
-                    });
+                    };
+                    log_rejection(&app_id, &widget_id, rejection);
+                    record_outcome(&Outcome::Timeout(rejection), ms);
                     let line = encode(&Line::Widget { key: &key, status: "timeout", widget: None, ms });
                     if sender.send(line).await.is_err() {
                         return;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use tracing::Instrument;
 
 /// How a shared flight ended for its callers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +69,21 @@ where
     where
         F: std::future::Future<Output = Result<V, E>> + Send + 'static,
     {
-        let flight = {
+        self.run_joining(key, refresh, commit).await.0
+    }
+
+    /// [`SingleFlight::run`], also telling whether this caller joined a flight another caller
+    /// had started (and so waited for someone else's refresh).
+    pub async fn run_joining<F>(
+        &self,
+        key: K,
+        refresh: F,
+        commit: impl FnOnce(&V) + Send + 'static,
+    ) -> (Result<V, FlightError<E>>, bool)
+    where
+        F: std::future::Future<Output = Result<V, E>> + Send + 'static,
+    {
+        let (flight, joined) = {
             let mut slots = match self.inner.slots.lock() {
                 Ok(slots) => slots,
                 Err(poisoned) => poisoned.into_inner(),
@@ -78,7 +93,7 @@ where
                 flight: None,
             });
             if let Some((_, flight)) = &slot.flight {
-                flight.clone()
+                (flight.clone(), true)
             } else {
                 let id = {
                     let mut next = match self.inner.next_id.lock() {
@@ -91,29 +106,33 @@ where
                 let generation = slot.generation;
                 let inner = self.inner.clone();
                 let flight_key = key.clone();
-                let task = tokio::spawn(async move {
-                    let outcome = refresh.await;
-                    let mut slots = match inner.slots.lock() {
-                        Ok(slots) => slots,
-                        Err(poisoned) => poisoned.into_inner(),
-                    };
-                    let current = slots.get_mut(&flight_key);
-                    let still_current =
-                        current.as_ref().is_some_and(|s| s.generation == generation);
-                    if let Some(slot) = current
-                        && slot.flight.as_ref().is_some_and(|(fid, _)| *fid == id)
-                    {
-                        slot.flight = None;
-                    }
-                    match outcome {
-                        Ok(value) if still_current => {
-                            commit(&value);
-                            Ok(value)
+                // The refresh logs under the invocation that started it.
+                let task = tokio::spawn(
+                    async move {
+                        let outcome = refresh.await;
+                        let mut slots = match inner.slots.lock() {
+                            Ok(slots) => slots,
+                            Err(poisoned) => poisoned.into_inner(),
+                        };
+                        let current = slots.get_mut(&flight_key);
+                        let still_current =
+                            current.as_ref().is_some_and(|s| s.generation == generation);
+                        if let Some(slot) = current
+                            && slot.flight.as_ref().is_some_and(|(fid, _)| *fid == id)
+                        {
+                            slot.flight = None;
                         }
-                        Ok(_) => Err(FlightError::Invalidated),
-                        Err(error) => Err(FlightError::Failed(error)),
+                        match outcome {
+                            Ok(value) if still_current => {
+                                commit(&value);
+                                Ok(value)
+                            }
+                            Ok(_) => Err(FlightError::Invalidated),
+                            Err(error) => Err(FlightError::Failed(error)),
+                        }
                     }
-                });
+                    .in_current_span(),
+                );
                 let flight: SharedFlight<V, E> = async move {
                     match task.await {
                         Ok(result) => result,
@@ -124,10 +143,10 @@ where
                 .boxed()
                 .shared();
                 slot.flight = Some((id, flight.clone()));
-                flight
+                (flight, false)
             }
         };
-        flight.await
+        (flight.await, joined)
     }
 
     /// Bumps the key's generation and forgets its flight: a flight still running will not commit.

@@ -1,4 +1,5 @@
-//! Identity counters: start at zero, only go up, and can be read as a snapshot.
+//! Identity counters: start at zero, only go up, and can be read as a snapshot. Every count also
+//! goes to the invocation's EMF line ([`crate::telemetry::metrics`]) under [`Counter::name`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +16,8 @@ pub struct Metrics {
     rotation_failure: AtomicU64,
     legacy_session_use: AtomicU64,
     signer_guards: AtomicU64,
+    signer_waits: AtomicU64,
+    session_refreshes: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -31,6 +34,10 @@ pub struct MetricsSnapshot {
     /// Active-key checks held `FOR KEY SHARE` for an issuance (one per guard, however many
     /// tokens are signed inside it).
     pub signer_guards: u64,
+    /// Callers that waited for a signer another caller was preparing (joined its flight).
+    pub signer_waits: u64,
+    /// App sessions renewed with a new device key.
+    pub session_refreshes: u64,
 }
 
 /// One of the counters.
@@ -45,6 +52,27 @@ pub enum Counter {
     RotationFailure,
     LegacySessionUse,
     SignerGuard,
+    SignerWait,
+    SessionRefresh,
+}
+
+impl Counter {
+    /// The counter's EMF metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::SignSuccess => "IdentityTokensIssued",
+            Counter::SignFailure => "IdentitySignFailures",
+            Counter::VerifySuccess => "IdentitySessionsVerified",
+            Counter::VerifyFailure => "IdentitySessionsRejected",
+            Counter::UnknownKidRefresh => "IdentityUnknownKidLookups",
+            Counter::RotationSuccess => "IdentityKeyRotations",
+            Counter::RotationFailure => "IdentityKeyRotationFailures",
+            Counter::LegacySessionUse => "IdentityLegacySessions",
+            Counter::SignerGuard => "IdentitySignerGuards",
+            Counter::SignerWait => "IdentitySignerWaits",
+            Counter::SessionRefresh => "IdentitySessionRefreshes",
+        }
+    }
 }
 
 impl Metrics {
@@ -59,11 +87,14 @@ impl Metrics {
             Counter::RotationFailure => &self.rotation_failure,
             Counter::LegacySessionUse => &self.legacy_session_use,
             Counter::SignerGuard => &self.signer_guards,
+            Counter::SignerWait => &self.signer_waits,
+            Counter::SessionRefresh => &self.session_refreshes,
         }
     }
 
     pub fn add(&self, counter: Counter, amount: u64) {
         self.counter(counter).fetch_add(amount, Ordering::Relaxed);
+        crate::telemetry::metrics::count(counter.name(), amount);
     }
 
     pub fn inc(&self, counter: Counter) {
@@ -82,6 +113,8 @@ impl Metrics {
             rotation_failure: get(Counter::RotationFailure),
             legacy_session_use: get(Counter::LegacySessionUse),
             signer_guards: get(Counter::SignerGuard),
+            signer_waits: get(Counter::SignerWait),
+            session_refreshes: get(Counter::SessionRefresh),
         }
     }
 }

@@ -20,6 +20,7 @@ use jsonwebtoken::DecodingKey;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::constants::{
     JWKS_MAX_AGE_SECONDS, REMOTE_JWKS_COOLDOWN, REMOTE_JWKS_MAX_BYTES, REMOTE_JWKS_MAX_WAITERS,
@@ -27,6 +28,7 @@ use super::constants::{
 };
 use super::keys;
 use super::metrics::{Counter, Metrics};
+use crate::telemetry::trace::{self, TraceContext};
 
 type KeyMap = HashMap<String, Arc<DecodingKey>>;
 type Flight = Shared<BoxFuture<'static, Option<Arc<KeyMap>>>>;
@@ -96,9 +98,13 @@ pub struct Candidate {
 impl Source {
     /// The document's keys, or `None` when it cannot be had: an error status, a redirect, more
     /// than [`REMOTE_JWKS_MAX_BYTES`], or no JSON object with a `keys` array.
-    async fn fetch(&self) -> Option<Arc<KeyMap>> {
+    async fn fetch(&self, trace: Option<TraceContext>) -> Option<Arc<KeyMap>> {
         self.fetches.fetch_add(1, Ordering::SeqCst);
-        let mut response = self.client.get(&self.url).send().await.ok()?;
+        let mut request = self.client.get(&self.url);
+        if let Some(trace) = trace {
+            request = request.headers(trace.outgoing_headers());
+        }
+        let mut response = request.send().await.ok()?;
         if !response.status().is_success()
             || response
                 .content_length()
@@ -188,27 +194,32 @@ impl RemoteKeySet {
     fn start_flight(&self, forced: bool) -> Flight {
         let source = self.source.clone();
         let state = self.state.clone();
-        let task = tokio::spawn(async move {
-            let fresh = source.fetch().await;
-            let now = Instant::now();
-            let mut state = lock(&state);
-            state.flight = None;
-            match &fresh {
-                Some(fresh) if !forced => {
-                    state.keys = Some(fresh.clone());
-                    state.fetched_at = Some(now);
-                    state.retry_at = None;
-                }
-                Some(_) => {}
-                None => {
-                    state.retry_at = Some(now + REMOTE_JWKS_COOLDOWN);
-                    if state.fetched_at.is_none() {
+        // The fetch is traced as part of the invocation that started it.
+        let context = trace::current();
+        let task = tokio::spawn(
+            async move {
+                let fresh = source.fetch(context).await;
+                let now = Instant::now();
+                let mut state = lock(&state);
+                state.flight = None;
+                match &fresh {
+                    Some(fresh) if !forced => {
+                        state.keys = Some(fresh.clone());
                         state.fetched_at = Some(now);
+                        state.retry_at = None;
+                    }
+                    Some(_) => {}
+                    None => {
+                        state.retry_at = Some(now + REMOTE_JWKS_COOLDOWN);
+                        if state.fetched_at.is_none() {
+                            state.fetched_at = Some(now);
+                        }
                     }
                 }
+                fresh
             }
-            fresh
-        });
+            .in_current_span(),
+        );
         async move { task.await.ok().flatten() }.boxed().shared()
     }
 

@@ -332,6 +332,144 @@ pub async fn revoke(
     Ok(purpose.as_deref().and_then(Purpose::parse))
 }
 
+/// What [`rotate`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum Rotation {
+    /// A successor was created; it is published now and signs from `activate_at`.
+    Scheduled { kid: String, activate_at: String },
+    /// A successor was already waiting: nothing new was created.
+    AlreadyScheduled { kid: String, activate_at: String },
+    /// The purpose had no usable active key: one was created and signs at once.
+    CreatedActive { kid: String },
+}
+
+/// Rotates a purpose on an operator's request: a pending successor published now that takes over
+/// after the activation lead (so every verifier knows it before it signs), or, when the purpose
+/// has no usable active key, an active key at once. Takes the purpose's advisory lock like the
+/// scheduled maintenance, so the two never create two successors.
+pub async fn rotate(
+    pool: &PgPool,
+    keks: &KekSet,
+    purpose: Purpose,
+) -> Result<Rotation, IdentityError> {
+    // Key generation takes a while: before the lock.
+    let key = generate_key().await?;
+    let mut tx = pool.begin().await?;
+    db::advisory_xact_lock(
+        &mut tx,
+        &format!("cloud:identity-keyring:{}", purpose.as_str()),
+    )
+    .await?;
+    let (active, pending) = read_current(&mut tx, purpose, true).await?;
+    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
+    let rotation = match (active.filter(|a| a.sign_until > now), pending) {
+        (_, Some(pending)) => Rotation::AlreadyScheduled {
+            kid: pending.kid,
+            activate_at: iso(pending.activate_at),
+        },
+        (Some(_), None) => {
+            let row = insert_key(&mut tx, keks, purpose, &key, false)
+                .await?
+                .ok_or(IdentityError::CreateFailed(purpose))?;
+            Rotation::Scheduled {
+                kid: row.kid,
+                activate_at: iso(row.activate_at),
+            }
+        }
+        (None, None) => {
+            let row = insert_key(&mut tx, keks, purpose, &key, true)
+                .await?
+                .ok_or(IdentityError::CreateFailed(purpose))?;
+            Rotation::CreatedActive { kid: row.kid }
+        }
+    };
+    tx.commit().await?;
+    Ok(rotation)
+}
+
+/// A signing key that the configured key-encryption keys cannot open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SealedKeyProblem {
+    pub kid: String,
+    pub state: String,
+    /// The id of the key-encryption key it was sealed with.
+    pub encryption_key_id: String,
+    pub reason: String,
+}
+
+/// How one purpose's ring stands, as an operator's check sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RingHealth {
+    pub purpose: Purpose,
+    /// The active key that may still sign.
+    pub active: Option<String>,
+    /// The published successor and when it takes over.
+    pub pending: Option<(String, String)>,
+    /// The active key is old enough (or close enough to the end of its signing period) that a
+    /// successor should be published by now.
+    pub successor_due: bool,
+    /// Keys that sign or will sign (pending, active) and do not decrypt under the configured
+    /// key-encryption keys, or decrypt to a broken pair.
+    pub sealed_problems: Vec<SealedKeyProblem>,
+}
+
+/// The health of every purpose's ring. Without key-encryption keys, every key that signs is a
+/// problem (nothing can open it).
+pub async fn health(
+    pool: &PgPool,
+    keks: Option<&KekSet>,
+) -> Result<Vec<RingHealth>, IdentityError> {
+    let mut report = Vec::new();
+    for purpose in Purpose::ALL {
+        let mut conn = pool.acquire().await?;
+        let statement = format!(
+            "SELECT {KEY_COLUMNS} FROM auth.signing_keys
+             WHERE purpose = $1 AND state IN ('pending', 'active') ORDER BY created_at"
+        );
+        let rows: Vec<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(statement))
+            .bind(purpose.as_str())
+            .fetch_all(&mut *conn)
+            .await?;
+        let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+            .fetch_one(&mut *conn)
+            .await?;
+        let active = rows
+            .iter()
+            .rev()
+            .find(|r| r.state == "active" && r.sign_until > now);
+        let pending = rows.iter().rev().find(|r| r.state == "pending");
+        let mut sealed_problems = Vec::new();
+        for row in &rows {
+            let opened = match keks {
+                None => Err(IdentityError::NoKeyEncryptionKey),
+                Some(keks) => decrypt_row(keks, row)
+                    .and_then(|(public, private)| Ok(keys::import(&row.kid, &public, &private)?)),
+            };
+            if let Err(error) = opened {
+                sealed_problems.push(SealedKeyProblem {
+                    kid: row.kid.clone(),
+                    state: row.state.clone(),
+                    encryption_key_id: row.encryption_key_id.clone(),
+                    reason: error.to_string(),
+                });
+            }
+        }
+        report.push(RingHealth {
+            purpose,
+            active: active.map(|a| a.kid.clone()),
+            pending: pending.map(|p| (p.kid.clone(), iso(p.activate_at))),
+            successor_due: active.is_some_and(|a| is_due(a, now)),
+            sealed_problems,
+        });
+    }
+    Ok(report)
+}
+
 /// One key as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

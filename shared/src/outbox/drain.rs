@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::engine::Outbox;
 use super::live::LiveOutboxes;
 use super::{OutboxError, OutboxRef};
+use crate::telemetry::metrics::{self, Unit};
 
 /// A family of outboxes this bundle drains (live updates, outgoing mail).
 pub trait OutboxResolver: Send + Sync {
@@ -82,8 +83,15 @@ impl Drainer {
         for target in distinct {
             match self.pass(&target, deadline) {
                 Some(pass) => passes.push(async move {
+                    let started = Instant::now();
                     let result = pass.await;
+                    metrics::observe(
+                        "OutboxPassDuration",
+                        Unit::Milliseconds,
+                        started.elapsed().as_secs_f64() * 1000.0,
+                    );
                     if let Err(error) = &result {
+                        metrics::count("OutboxFailed", 1);
                         tracing::warn!(table = %target.table, filter = ?target.filter, error = %error, "outbox pass failed");
                     }
                     PassOutcome { target, result }

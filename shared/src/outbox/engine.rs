@@ -9,15 +9,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
 use tokio::time::Instant;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::config::OutboxConfig;
 use super::{OutboxError, OutboxRef, Wakeups};
+use crate::telemetry::metrics::{self, Unit};
 
 /// A claimed row: its id, the attempts read at claim, its ordering key, and the whole row.
 pub struct OutboxRow {
@@ -194,6 +197,15 @@ impl Outbox {
         }
         let rows = query.fetch_all(&mut *tx).await?;
         tx.commit().await?;
+        // Claimed rows are due: the oldest of them tells how far behind this outbox is.
+        let oldest = rows
+            .iter()
+            .filter_map(|row| row.try_get::<DateTime<Utc>, _>("created_at").ok())
+            .min();
+        if let Some(oldest) = oldest {
+            let age = (Utc::now() - oldest).num_milliseconds().max(0) as f64 / 1000.0;
+            metrics::gauge("OutboxOldestDueAgeSeconds", Unit::Seconds, age);
+        }
         rows.into_iter()
             .map(|row| {
                 Ok(OutboxRow {
@@ -211,6 +223,7 @@ impl Outbox {
     /// claim: `attempts` must still be what the claim read).
     async fn retry_later(&self, row: &OutboxRow, error: &PublishError) -> Result<(), OutboxError> {
         let delay = backoff(row.attempts + 1);
+        metrics::count("OutboxRetried", 1);
         tracing::warn!(
             outbox = %self.config.name,
             outbox_id = %row.id,
@@ -311,6 +324,7 @@ impl Outbox {
                 .bind(&delivered)
                 .execute(&self.pool)
                 .await?;
+            metrics::count("OutboxPublished", delivered.len() as u64);
         }
         match first_error {
             Some(error) => Err(error),
@@ -337,7 +351,10 @@ impl Outbox {
                 Some(pass) => pass.clone(),
                 None => {
                     let outbox = self.clone();
-                    let task = tokio::spawn(async move { outbox.run_pass(hard_deadline).await });
+                    // Logged under the invocation that started the pass.
+                    let task = tokio::spawn(
+                        async move { outbox.run_pass(hard_deadline).await }.in_current_span(),
+                    );
                     let pass: PassFuture = async move {
                         match task.await {
                             Ok(result) => result.map_err(Arc::new),
@@ -426,6 +443,7 @@ impl Outbox {
                     .bind(row.attempts)
                     .execute(&self.pool)
                     .await?;
+                metrics::count("OutboxPublished", 1);
                 Ok(())
             }
             Err(error) => self.retry_later(row, &error).await,

@@ -22,6 +22,7 @@ use crate::audit::{self, AuditActor, AuditRecord, AuditTarget, Outcome};
 use crate::auth::{self, UserRecord};
 use crate::identity::session::{IssuedSession, SessionRequest, issue_in_scope};
 use crate::identity::{IssueOptions, Purpose};
+use crate::telemetry::metrics;
 
 /// A started pairing; the only time the link secret leaves the server.
 #[derive(Clone, PartialEq, Eq, Serialize)]
@@ -277,6 +278,7 @@ pub async fn start(
     )
     .await?;
     tx.commit().await?;
+    metrics::count("PairingStarted", 1);
     Ok(StartedPairing {
         id,
         secret,
@@ -379,6 +381,31 @@ pub async fn claim(
 /// The web types the code the phone shows. Wrong codes count (and commit) even though the
 /// request fails; the third wrong code cancels the pairing.
 pub async fn confirm(
+    core: &Core,
+    actor: WebActor,
+    id: Uuid,
+    code: &str,
+    request_id: Option<String>,
+) -> Result<(), PwaError> {
+    let result = confirm_code(core, actor, id, code, request_id).await;
+    match &result {
+        // A wrong code, the third of which cancels the pairing (no attempts left).
+        Err(
+            PwaError::WrongCode { .. }
+            | PwaError::Expired {
+                attempts_left: Some(_),
+            },
+        ) => metrics::count("PairingCodeWrong", 1),
+        // A code typed for a pairing that expired, was cancelled or lost its web session.
+        Err(PwaError::Expired {
+            attempts_left: None,
+        }) => metrics::count("PairingCodeExpired", 1),
+        _ => {}
+    }
+    result
+}
+
+async fn confirm_code(
     core: &Core,
     actor: WebActor,
     id: Uuid,
@@ -614,7 +641,10 @@ pub async fn complete(core: &Core, request: CompleteRequest) -> Result<Completio
     };
     let core_ref = core;
     let request = &request;
-    core.identity
+    // A confirmed pairing that pairs now completes; a completed one asked again is a retry.
+    let first = row.state == "confirmed";
+    let completion = core
+        .identity
         .with_active_signer(
             Purpose::Session,
             IssueOptions::timeout(super::ISSUANCE_TIMEOUT_MS),
@@ -624,7 +654,11 @@ pub async fn complete(core: &Core, request: CompleteRequest) -> Result<Completio
                 (scope, result)
             },
         )
-        .await
+        .await;
+    if first && matches!(completion, Ok(Completion::Paired { .. })) {
+        metrics::count("PairingCompleted", 1);
+    }
+    completion
 }
 
 async fn waiting(conn: &mut PgConnection, row: &PairingRow) -> Result<Completion, PwaError> {

@@ -12,6 +12,7 @@ use super::{AppSession, DeviceKey, PwaError, RENEW_WITHIN_SECONDS, ROTATION_GRAC
 use crate::Core;
 use crate::approvals;
 use crate::auth;
+use crate::identity::metrics::Counter;
 use crate::identity::{IssueOptions, Purpose, SigningScope};
 
 /// What a renewal found.
@@ -68,7 +69,8 @@ pub async fn renew(core: &Core, request: RenewRequest) -> Result<RenewOutcome, P
     };
     let request = &request;
     let key = &key;
-    core.identity
+    let outcome = core
+        .identity
         .with_active_signer(
             Purpose::Session,
             IssueOptions::timeout(super::ISSUANCE_TIMEOUT_MS),
@@ -77,7 +79,12 @@ pub async fn renew(core: &Core, request: RenewRequest) -> Result<RenewOutcome, P
                 (scope, result)
             },
         )
-        .await
+        .await;
+    // Counted once the new session is committed.
+    if matches!(outcome, Ok(RenewOutcome::Renewed { .. })) {
+        core.identity.metrics().inc(Counter::SessionRefresh);
+    }
+    outcome
 }
 
 async fn renew_in_scope(

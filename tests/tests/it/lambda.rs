@@ -1,15 +1,19 @@
 //! What ships, answering what its front doors send: every function's real binary under the
 //! emulated Lambda Runtime API, with the template's environment and nothing else, fed REST API
 //! (v1) events of stage `live` for every route of `template.yaml`, the widget stream in the
-//! streaming mode, SQS batches and EventBridge schedules.
+//! streaming mode, SQS batches, EventBridge schedules and CloudFormation's custom-resource
+//! requests.
 
+mod admin;
 mod bodies;
 mod deadlines;
 mod events;
 mod help_api;
 mod mail_api;
 mod mail_delivery;
+mod metrics;
 mod routes;
+mod schema_migration;
 mod startup;
 mod stream;
 
@@ -32,6 +36,8 @@ pub fn needs_of(binary: &str) -> Needs {
         "outbox" => outbox::FUNCTION.needs,
         "keys" => keys::FUNCTION.needs,
         "maintenance" => maintenance::FUNCTION.needs,
+        "admin" => ::admin::NEEDS,
+        "migrate" => migrate::FUNCTION.needs,
         other => panic!("a function of the template without a crate here: {other}"),
     }
 }
@@ -47,7 +53,7 @@ pub fn routes_of(binary: &str, core: &Core) -> Option<Vec<Route>> {
         "widgets" => widgets::routes(core).table().to_vec(),
         "help" => help::routes(core).table().to_vec(),
         "mail" => mail::routes(core).table().to_vec(),
-        "outbox" | "keys" | "maintenance" => return None,
+        "outbox" | "keys" | "maintenance" | "admin" | "migrate" => return None,
         other => panic!("a function of the template without a crate here: {other}"),
     };
     Some(table)

@@ -10,6 +10,7 @@ mod lambda;
 mod local_runner;
 mod mail;
 mod maintenance;
+mod operations;
 mod outbox;
 mod pwa;
 mod registry_function;
