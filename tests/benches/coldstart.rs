@@ -82,6 +82,9 @@ async fn main() {
 
     let jwks = "/.well-known/cloud-session-jwks.json";
     let wakeup = OutboxRef::live("bench").to_message();
+    // CloudFormation's pre-signed response URL, for the migrate function's answers.
+    let cloudformation =
+        serve(axum::Router::new().route("/response", axum::routing::put(|| async { "" }))).await;
     let mut rows = Vec::new();
     for (name, function) in &stack.deployment.functions {
         let binary = function.binary.as_str();
@@ -136,6 +139,28 @@ async fn main() {
             "keys" | "maintenance" => FirstEvent::Raw(scheduled_event(
                 function.schedules.first().expect("a schedule"),
             )),
+            "mail" => FirstEvent::Http(
+                gateway
+                    .request(
+                        "GET",
+                        "/api/admin/core/outgoing-mail/apps",
+                        "/api/admin/core/outgoing-mail/apps",
+                    )
+                    .header("Accept", "application/json")
+                    .header("Cookie", &cookie),
+            ),
+            "admin" => FirstEvent::Raw(json!({"command": ["keys", "status"]})),
+            // A Delete never touches the database; its answer goes to the response URL.
+            "migrate" => FirstEvent::Raw(json!({
+                "RequestType": "Delete",
+                "ResponseURL": format!("{cloudformation}/response"),
+                "StackId": "arn:aws:cloudformation:eu-central-1:123456789012:stack/bench/1",
+                "RequestId": "bench",
+                "ResourceType": "Custom::SchemaMigration",
+                "LogicalResourceId": "SchemaMigration",
+                "PhysicalResourceId": "k2b-schema",
+                "ResourceProperties": {}
+            })),
             other => panic!("no first event for {other} ({name})"),
         };
         let path = function_binary(binary);
