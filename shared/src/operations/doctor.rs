@@ -139,17 +139,24 @@ pub async fn run(core: &Core) -> DoctorReport {
             checks.push(Check::skip(format!("signing-keys:{}", purpose.as_str())));
         }
     }
+    // One SQS client for both queues (its configuration is read once), only when one is set.
+    let sqs = tokio::sync::OnceCell::new();
     checks.push(
         bounded(
             "queue:wakeup",
-            check_queue(core, "wakeup", core.config.wakeup_queue_url.as_deref()),
+            check_queue(
+                core,
+                &sqs,
+                "wakeup",
+                core.config.wakeup_queue_url.as_deref(),
+            ),
         )
         .await,
     );
     checks.push(
         bounded(
             "queue:live",
-            check_queue(core, "live", core.config.live_queue_url.as_deref()),
+            check_queue(core, &sqs, "live", core.config.live_queue_url.as_deref()),
         )
         .await,
     );
@@ -347,7 +354,12 @@ fn ring_checks(
     checks
 }
 
-async fn check_queue(core: &Core, label: &str, url: Option<&str>) -> Check {
+async fn check_queue(
+    core: &Core,
+    sqs: &tokio::sync::OnceCell<aws_sdk_sqs::Client>,
+    label: &str,
+    url: Option<&str>,
+) -> Check {
     let name = format!("queue:{label}");
     let variable = match label {
         "wakeup" => "K2B_WAKEUP_QUEUE_URL",
@@ -364,7 +376,9 @@ async fn check_queue(core: &Core, label: &str, url: Option<&str>) -> Check {
             )
         };
     };
-    let client = crate::outbox::live::sqs_client_from_env().await;
+    let client = sqs
+        .get_or_init(crate::outbox::live::sqs_client_from_env)
+        .await;
     match client
         .get_queue_attributes()
         .queue_url(url)
