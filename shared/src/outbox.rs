@@ -6,6 +6,7 @@
 //! drainer) runs a pass of that outbox; a schedule sweeps every outbox for lost wake-ups and due
 //! retries. Postgres stays the source of truth: a wake-up carries no payload.
 
+pub mod batch;
 pub mod config;
 pub mod drain;
 pub mod engine;

@@ -105,18 +105,23 @@ impl Outbox {
         let key = &config.order_by;
         let seq = &config.sequence;
         // $1 = limit, $2 = claim seconds, $3.. = filter values.
+        // The busy keys are read once per claim, from the partial busy index (claimed rows and
+        // rows waiting for a retry: at most the batches in flight plus one head row per failed
+        // key), and probed through a hash: a claim beside one hot key of thousands of leased
+        // rows then costs one scan of the candidates instead of one index probe per candidate.
+        // The hash is sized by the busy rows alone, which the claim's `work_mem` covers.
         // The candidates carry their tuple ids: the lease update then reaches each locked row
         // directly instead of through the id index.
         let claim = format!(
-            "WITH candidates AS MATERIALIZED (
+            "WITH busy AS MATERIALIZED (
+               SELECT b.{key} AS busy_key FROM {table} b
+               WHERE (b.claimed_until > now() OR (b.attempts > 0 AND b.next_attempt_at > now()))
+                 AND b.{key} IS NOT NULL{filter_b}),
+             candidates AS MATERIALIZED (
                SELECT o.ctid AS row_ctid FROM {table} o
                WHERE (o.attempts = 0 OR o.next_attempt_at <= now())
                  AND (o.claimed_until IS NULL OR o.claimed_until <= now()){filter_o}
-                 AND NOT EXISTS (
-                   SELECT 1 FROM {table} b
-                   WHERE b.{key} = o.{key}{filter_b}
-                     AND (b.claimed_until > now() OR (b.attempts > 0 AND b.next_attempt_at > now()))
-                   OFFSET 0)
+                 AND (o.{key} IS NULL OR o.{key} NOT IN (SELECT busy_key FROM busy))
                ORDER BY o.{seq}
                LIMIT $1
                FOR UPDATE OF o SKIP LOCKED),
@@ -183,7 +188,8 @@ impl Outbox {
             "SELECT pg_advisory_xact_lock(hashtextextended($2, 0))
              FROM (SELECT set_config('statement_timeout', $1, true),
                           set_config('lock_timeout', $1, true),
-                          set_config('idle_in_transaction_session_timeout', $1, true)) timeouts",
+                          set_config('idle_in_transaction_session_timeout', $1, true),
+                          set_config('work_mem', '64MB', true)) timeouts",
         )
         .bind(&claim_ms)
         .bind(&self.statements.lock_key)

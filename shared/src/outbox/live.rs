@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
+use super::batch::{BatchMessage, SqsBatcher};
 use super::config::OutboxConfig;
 use super::engine::{Outbox, OutboxRow, PublishError, Publisher};
 use super::{OutboxError, OutboxRef, Wakeups};
@@ -132,27 +133,27 @@ pub async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
 }
 
 /// Publishes live updates to an SQS FIFO queue: body = the payload, group = app and key,
-/// deduplication id = the row id (a re-publish within SQS's window is dropped).
+/// deduplication id = the row id (a re-publish within SQS's window is dropped). Publishes that
+/// meet share `SendMessageBatch` calls ([`SqsBatcher`]).
 pub struct SqsLivePublisher {
-    queue_url: String,
-    client: tokio::sync::OnceCell<aws_sdk_sqs::Client>,
+    batcher: SqsBatcher,
 }
 
 impl SqsLivePublisher {
+    /// A publisher whose SQS client is made from the environment on first use.
     pub fn new(queue_url: impl Into<String>) -> SqsLivePublisher {
         SqsLivePublisher {
-            queue_url: queue_url.into(),
-            client: tokio::sync::OnceCell::new(),
+            batcher: SqsBatcher::new(queue_url, None),
         }
     }
 
+    /// A publisher that sends with `client`.
     pub fn with_client(
         queue_url: impl Into<String>,
         client: aws_sdk_sqs::Client,
     ) -> SqsLivePublisher {
         SqsLivePublisher {
-            queue_url: queue_url.into(),
-            client: tokio::sync::OnceCell::new_with(Some(client)),
+            batcher: SqsBatcher::new(queue_url, Some(client)),
         }
     }
 }
@@ -161,19 +162,14 @@ impl Publisher for SqsLivePublisher {
     fn publish<'a>(&'a self, row: &'a OutboxRow) -> BoxFuture<'a, Result<(), PublishError>> {
         async move {
             let event = LiveEvent::from_row(row)?;
-            let client = self.client.get_or_init(sqs_client_from_env).await;
-            client
-                .send_message()
-                .queue_url(&self.queue_url)
-                .message_body(event.payload.to_string())
-                .message_group_id(message_group_id(&event.app_id, &event.ordering_key))
-                .message_deduplication_id(event.id.to_string())
-                .send()
+            self.batcher
+                .send(BatchMessage {
+                    row_id: event.id,
+                    body: event.payload.to_string(),
+                    group_id: message_group_id(&event.app_id, &event.ordering_key),
+                    deduplication_id: event.id.to_string(),
+                })
                 .await
-                .map_err(|e| {
-                    PublishError(aws_sdk_sqs::error::DisplayErrorContext(&e).to_string())
-                })?;
-            Ok(())
         }
         .boxed()
     }

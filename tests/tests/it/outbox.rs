@@ -6,6 +6,7 @@ mod crash;
 mod engine;
 mod live;
 mod sqs;
+mod sqs_batch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
