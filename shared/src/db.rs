@@ -11,6 +11,7 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 use crate::config::Config;
 
 pub mod notify;
+pub mod reads;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

@@ -31,21 +31,17 @@ fn rate(mut op: impl FnMut()) -> f64 {
     count as f64 / started.elapsed().as_secs_f64()
 }
 
-/// `openssl speed -seconds 3 rsa2048` → (sign/s, verify/s).
-fn openssl_rsa2048() -> Option<(f64, f64)> {
+/// `openssl speed -seconds 3 rsa2048` → (version, sign/s, verify/s).
+fn openssl_rsa2048() -> Option<(String, f64, f64)> {
+    let version = Command::new("openssl").arg("version").output().ok()?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
     let output = Command::new("openssl")
         .args(["speed", "-seconds", "3", "rsa2048"])
         .output()
         .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let line = text.lines().find(|l| l.starts_with("rsa 2048 bits"))?;
-    let numbers: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|w| w.trim_end_matches('s').parse().ok())
-        .collect();
-    // "rsa 2048 bits <sign s> <verify s> <sign/s> <verify/s>"
-    let n = numbers.len();
-    (n >= 4).then(|| (numbers[n - 2], numbers[n - 1]))
+    let (sign, verify) =
+        k2b_tests::figures::openssl_rsa_rates(&String::from_utf8_lossy(&output.stdout), 2048)?;
+    Some((version, sign, verify))
 }
 
 fn main() {
@@ -83,8 +79,8 @@ fn main() {
     println!("  sign:   {sign_rate:>9.0} /s");
     println!("  verify: {verify_rate:>9.0} /s");
     match openssl_rsa2048() {
-        Some((openssl_sign, openssl_verify)) => {
-            println!("openssl speed rsa2048 (same machine, same run):");
+        Some((version, openssl_sign, openssl_verify)) => {
+            println!("openssl speed rsa2048 ({version}; same machine, same run):");
             println!("  sign:   {openssl_sign:>9.0} /s");
             println!("  verify: {openssl_verify:>9.0} /s");
             println!(

@@ -3,11 +3,16 @@
 //!
 //! - `GET /.well-known/cloud-session-jwks.json`, `GET /.well-known/cloud-invocation-jwks.json`:
 //!   the keys that verify session and invocation tokens (ETag, 5-minute public cache, 304).
+//!   Concurrent requests share reads of the keys: every answer comes from a read that started
+//!   after its request arrived (a revoked key leaves the document at once), and one read serves
+//!   every request that arrived while the previous read ran.
 //! - `PUT /api/registry/v1/apps/{appId}`: `Authorization: Bearer cld_…` of the app's
 //!   resource-bound service account with scope `registry:publish`; the body is the entry, alive
 //!   for 180 s unless published again.
 
-use axum::body::Body;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +20,7 @@ use axum::{Json, Router, middleware};
 use k2b_core::Core;
 use k2b_core::access::app_credential;
 use k2b_core::config::Needs;
+use k2b_core::db::reads::SharedReads;
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::{no_store, request_id};
@@ -38,9 +44,21 @@ pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
 
 /// The function's routes.
 pub fn routes(core: Core) -> Routes {
+    let session = Arc::new(JwksReads::new(Purpose::Session));
+    let invocation = Arc::new(JwksReads::new(Purpose::Invocation));
     Routes::new()
-        .get(SESSION_JWKS_PATH, session_jwks)
-        .get(INVOCATION_JWKS_PATH, invocation_jwks)
+        .get(
+            SESSION_JWKS_PATH,
+            move |State(core): State<Core>, headers: HeaderMap| async move {
+                session.respond(&core, &headers).await
+            },
+        )
+        .get(
+            INVOCATION_JWKS_PATH,
+            move |State(core): State<Core>, headers: HeaderMap| async move {
+                invocation.respond(&core, &headers).await
+            },
+        )
         .merge(
             Routes::new()
                 .put("/api/registry/v1/apps/{app_id}", publish)
@@ -55,14 +73,6 @@ pub fn router(core: Core) -> Router {
     k2b_core::lambda::front_door(routes(core))
 }
 
-async fn session_jwks(State(core): State<Core>, headers: HeaderMap) -> Response {
-    jwks(&core, Purpose::Session, &headers).await
-}
-
-async fn invocation_jwks(State(core): State<Core>, headers: HeaderMap) -> Response {
-    jwks(&core, Purpose::Invocation, &headers).await
-}
-
 /// `"` + the first 32 hex characters of SHA-256 over `{purpose, keys}` + `"`.
 pub fn jwks_etag(purpose: Purpose, keys: &[Value]) -> String {
     let document = json!({"purpose": purpose.as_str(), "keys": keys});
@@ -70,34 +80,76 @@ pub fn jwks_etag(purpose: Purpose, keys: &[Value]) -> String {
     format!("\"{}\"", &digest[..32])
 }
 
-async fn jwks(core: &Core, purpose: Purpose, headers: &HeaderMap) -> Response {
-    let keys = match ring::list_jwks(&core.pool, purpose).await {
-        Ok(keys) => keys,
-        Err(error) => {
-            tracing::warn!(purpose = purpose.as_str(), error = %error, "JWKS unavailable");
-            return ApiError::unavailable("The key set is unavailable right now.").into_response();
+/// A purpose's JWKS document as read: its ETag and its serialized body.
+struct JwksDocument {
+    etag: HeaderValue,
+    body: Bytes,
+}
+
+/// The reads of one purpose's JWKS document, shared by concurrent requests
+/// ([`SharedReads`]: no answer predates its request, so a revoked key leaves at once).
+struct JwksReads {
+    purpose: Purpose,
+    cache_control: HeaderValue,
+    reads: SharedReads<JwksDocument>,
+}
+
+impl JwksReads {
+    fn new(purpose: Purpose) -> JwksReads {
+        JwksReads {
+            purpose,
+            cache_control: HeaderValue::from_str(&format!(
+                "public, max-age={JWKS_MAX_AGE_SECONDS}, must-revalidate"
+            ))
+            .unwrap_or_else(|_| HeaderValue::from_static("no-cache")),
+            reads: SharedReads::new(),
         }
-    };
-    let etag = jwks_etag(purpose, &keys);
-    let matches = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == etag);
-    let mut response = if matches {
-        (StatusCode::NOT_MODIFIED, Body::empty()).into_response()
-    } else {
-        Json(json!({ "keys": keys })).into_response()
-    };
-    let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(&etag) {
-        headers.insert(header::ETAG, value);
     }
-    if let Ok(value) = HeaderValue::from_str(&format!(
-        "public, max-age={JWKS_MAX_AGE_SECONDS}, must-revalidate"
-    )) {
-        headers.insert(header::CACHE_CONTROL, value);
+
+    async fn document(
+        &self,
+        core: &Core,
+    ) -> Result<Arc<JwksDocument>, k2b_core::identity::IdentityError> {
+        self.reads
+            .read(|| async {
+                let keys = ring::list_jwks(&core.pool, self.purpose).await?;
+                let etag = HeaderValue::from_str(&jwks_etag(self.purpose, &keys))
+                    .unwrap_or_else(|_| HeaderValue::from_static("\"\""));
+                let body = Bytes::from(json!({ "keys": keys }).to_string());
+                Ok(JwksDocument { etag, body })
+            })
+            .await
     }
-    response
+
+    async fn respond(&self, core: &Core, headers: &HeaderMap) -> Response {
+        let document = match self.document(core).await {
+            Ok(document) => document,
+            Err(error) => {
+                tracing::warn!(purpose = self.purpose.as_str(), error = %error, "JWKS unavailable");
+                return ApiError::unavailable("The key set is unavailable right now.")
+                    .into_response();
+            }
+        };
+        let matches = headers
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|value| value.as_bytes() == document.etag.as_bytes());
+        let mut response = if matches {
+            (StatusCode::NOT_MODIFIED, Body::empty()).into_response()
+        } else {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                document.body.clone(),
+            )
+                .into_response()
+        };
+        let headers = response.headers_mut();
+        headers.insert(header::ETAG, document.etag.clone());
+        headers.insert(header::CACHE_CONTROL, self.cache_control.clone());
+        response
+    }
 }
 
 /// 429 `RATE_LIMITED` with `Retry-After` (seconds to the next minute).

@@ -2,6 +2,7 @@
 //! process.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,6 +13,7 @@ use axum::{Json, Router};
 use k2b_core::Core;
 use k2b_core::config::Config;
 use k2b_core::db;
+use k2b_core::db::reads::SharedReads;
 use k2b_core::help::CompiledHelp;
 use k2b_core::http::routes::Routes;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
@@ -136,7 +138,10 @@ fn no_delay(stream: &mut tokio::net::TcpStream) {
 /// arrive over loopback naming a loopback host (a page whose name rebinds to 127.0.0.1 still
 /// sends its own name as `Host`).
 pub fn router(core: Core, listen: SocketAddr) -> Router {
-    let mut own = Routes::new().get("/healthz", healthz);
+    let health = Arc::new(SharedReads::new());
+    let mut own = Routes::new().get("/healthz", move |State(core): State<Core>| async move {
+        healthz(&core, &health).await
+    });
     if listen.ip().is_loopback() {
         own = own.merge(
             Routes::new()
@@ -299,13 +304,21 @@ async fn live_events(State(core): State<Core>) -> Response {
     Json(json!({ "events": events })).into_response()
 }
 
-/// `{status, database, migration}`: 200 when the database answers, 503 otherwise.
-async fn healthz(State(core): State<Core>) -> Response {
-    match db::applied_versions(&core.pool).await {
-        Ok(versions) => Json(json!({
+/// `{status, database, migration}`: 200 when the database answers, 503 otherwise. Concurrent
+/// checks share reads, each answered by a read that started after it arrived.
+async fn healthz(core: &Core, health: &SharedReads<Option<i64>>) -> Response {
+    let read = health
+        .read(|| async {
+            db::applied_versions(&core.pool)
+                .await
+                .map(|versions| versions.last().copied())
+        })
+        .await;
+    match read {
+        Ok(migration) => Json(json!({
             "status": "ok",
             "database": "ok",
-            "migration": versions.last(),
+            "migration": *migration,
         }))
         .into_response(),
         Err(error) => {
