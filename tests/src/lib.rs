@@ -12,6 +12,7 @@ pub mod client;
 pub mod figures;
 pub mod lambda;
 pub mod pgfault;
+pub mod sqsfault;
 
 pub use k2b_core::db::testing::{TEST_APP_SECRET, TestDb};
 

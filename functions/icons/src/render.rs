@@ -135,7 +135,12 @@ fn parse_color(hex: &str) -> Option<tiny_skia::Color> {
     ))
 }
 
-fn draw(image: &Decoded, variant: &VariantSpec, box_px: u32) -> Result<Vec<u8>, DrawError> {
+fn draw(
+    image: &Decoded,
+    variant: &VariantSpec,
+    box_px: u32,
+    compression: png::Compression,
+) -> Result<Vec<u8>, DrawError> {
     let size = variant.size;
     let mut canvas = Pixmap::new(size, size).ok_or(DrawError::Draw)?;
     if let Some(background) = &variant.background {
@@ -186,7 +191,7 @@ fn draw(image: &Decoded, variant: &VariantSpec, box_px: u32) -> Result<Vec<u8>, 
             )
         }
     }
-    encode_png(canvas)
+    encode_png(canvas, compression)
 }
 
 /// Half the width and height (rounded down), each pixel the mean of a 2×2 block. Premultiplied
@@ -217,16 +222,21 @@ fn halve(source: &Pixmap) -> Option<Pixmap> {
     Some(half)
 }
 
-/// PNG with the fast DEFLATE of the `png` crate (adaptive row filters): several times quicker
-/// than the default level at a few percent more bytes, and icons are drawn while a request waits.
-fn encode_png(canvas: Pixmap) -> Result<Vec<u8>, DrawError> {
+pub use png::Compression as PngCompression;
+
+/// The icons' PNG compression: the fast DEFLATE of the `png` crate (adaptive row filters),
+/// several times quicker than the default level at a few percent more bytes, and icons are drawn
+/// while a request waits.
+pub const ICON_COMPRESSION: png::Compression = png::Compression::Fast;
+
+fn encode_png(canvas: Pixmap, compression: png::Compression) -> Result<Vec<u8>, DrawError> {
     let (width, height) = (canvas.width(), canvas.height());
     let rgba = canvas.take_demultiplied();
     let mut png = Vec::new();
     let mut encoder = png::Encoder::new(&mut png, width, height);
     encoder.set_color(png::ColorType::Rgba);
     encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_compression(png::Compression::Fast);
+    encoder.set_compression(compression);
     let mut writer = encoder.write_header().map_err(|_| DrawError::Draw)?;
     writer
         .write_image_data(&rgba)
@@ -253,6 +263,17 @@ pub fn render_all(
     fallback_svg: &str,
     variants: &[VariantSpec],
 ) -> Result<(Icons, bool), DrawError> {
+    render_all_with(source, mime, fallback_svg, variants, ICON_COMPRESSION)
+}
+
+/// [`render_all`] at another PNG compression (to compare encoders at equal compression).
+pub fn render_all_with(
+    source: &[u8],
+    mime: &str,
+    fallback_svg: &str,
+    variants: &[VariantSpec],
+    compression: png::Compression,
+) -> Result<(Icons, bool), DrawError> {
     let mut used_fallback = false;
     let mut raster: Option<Option<Decoded>> = None;
     let mut icons = Vec::with_capacity(variants.len());
@@ -272,11 +293,11 @@ pub fn render_all(
                 .as_ref()
         };
         let png = match logo {
-            Some(image) => draw(image, variant, box_px),
+            Some(image) => draw(image, variant, box_px, compression),
             None => {
                 used_fallback = true;
                 let fallback = decode(fallback_svg.as_bytes(), "image/svg+xml", box_px)?;
-                draw(&fallback, variant, box_px)
+                draw(&fallback, variant, box_px, compression)
             }
         }?;
         icons.push((variant.id.clone(), png));
@@ -406,7 +427,7 @@ mod tests {
     fn encoded_icons_round_trip_exactly() {
         let mut canvas = Pixmap::new(3, 1).expect("pixmap");
         canvas.fill(tiny_skia::Color::from_rgba8(250, 250, 250, 255));
-        let png = encode_png(canvas).expect("png");
+        let png = encode_png(canvas, ICON_COMPRESSION).expect("png");
         assert!(pixels(&png).pixels().all(|p| p.0 == [250, 250, 250, 255]));
     }
 }

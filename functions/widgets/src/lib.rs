@@ -48,6 +48,8 @@ pub(crate) struct WidgetsState {
     pub options: Arc<WidgetsOptions>,
     /// Calls to app origins, confined to the networks the configuration allows.
     pub apps: call::AppClient,
+    /// Invocation tokens released by this environment, for reuse while still fresh.
+    pub tokens: Arc<signing::TokenCache>,
 }
 
 /// The function: the database, `APP_SECRET` (the issuer and account settings) and the identity
@@ -81,6 +83,7 @@ pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
         apps: call::AppClient::new(core.config.app_networks.clone()),
         core,
         options: Arc::new(options),
+        tokens: Arc::default(),
     };
     Routes::new()
         .get("/api/widgets/v1", stream::widgets)

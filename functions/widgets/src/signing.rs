@@ -1,41 +1,161 @@
 //! Invocation tokens for a dashboard: one signer guard (the active key checked and held `FOR
-//! SHARE` once), and inside it one token per widget, signed off the async workers (one job per
-//! core at a time across the process), at most `concurrency` of a dashboard queued at once. A
-//! token that cannot be signed fails only its widget.
+//! KEY SHARE` once), and inside it one token per widget, signed off the async workers (one job
+//! per core at a time across the process), at most `concurrency` of a dashboard queued at once.
+//! A token that cannot be signed fails only its widget.
+//!
+//! A token this environment released earlier is released again instead of a new signature when
+//! everything it says is what a new one would say — the same key (still the active one: the
+//! guard just checked it), the same session, authority, app, operation and request id — and it
+//! stays valid long enough for its widget: until the latest moment the widget can still be
+//! running (its wave of `concurrency` widgets times the per-widget budget), plus a margin. Only
+//! its `jti`, `iat` and `exp` differ from a new token's; the app's check of a bearer invocation
+//! is the same for both. A revoked session never gets here (its request has no actor), and a
+//! revoked or rotated key ends reuse because the guard's key must match the token's.
 //!
 //! The issuance runs as its own task, bounded by its budget: a client that goes away mid-way
 //! never interrupts a statement inside the guard's transaction.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k2b_core::Core;
 use k2b_core::auth::Actor;
-use k2b_core::identity::invocation::{InvocationAuthority, InvocationRequest, build_claims};
+use k2b_core::identity::invocation::{
+    InvocationAuthority, InvocationClaims, InvocationRequest, build_claims,
+};
 use k2b_core::identity::{INVOCATION_TOKEN_TYPE, IdentityError, IssueOptions, Purpose};
+use k2b_core::telemetry::metrics;
 use k2b_core::widgets::{DashboardWidget, widget_operation};
 use tracing::Instrument;
+use uuid::Uuid;
 
 /// The app id Core signs invocations as.
 const CALLER_APP: &str = "core";
+/// Lifetime a reused token keeps beyond the latest moment its widget may run (clock skew, the
+/// time between the issuance and the fan-out).
+pub(crate) const REUSE_MARGIN: Duration = Duration::from_secs(2);
+/// Tokens kept for reuse per execution environment.
+const MAX_KEPT_TOKENS: usize = 4096;
 
-/// One token per widget (in order), or the guard's error.
+/// Released invocation tokens, by everything they say but their `jti`, `iat` and `exp`.
+#[derive(Default)]
+pub(crate) struct TokenCache {
+    tokens: Mutex<HashMap<String, Kept>>,
+}
+
+struct Kept {
+    token: String,
+    /// `exp`, in Unix seconds.
+    expires: u64,
+}
+
+impl TokenCache {
+    fn with_tokens<T>(&self, change: impl FnOnce(&mut HashMap<String, Kept>) -> T) -> T {
+        match self.tokens.lock() {
+            Ok(mut tokens) => change(&mut tokens),
+            Err(poisoned) => change(&mut poisoned.into_inner()),
+        }
+    }
+
+    /// A kept token for `key` that is valid for at least `needed` more.
+    fn find(&self, key: &str, needed: Duration, now: f64) -> Option<String> {
+        self.with_tokens(|tokens| {
+            tokens
+                .get(key)
+                .filter(|kept| kept.expires as f64 - now >= needed.as_secs_f64())
+                .map(|kept| kept.token.clone())
+        })
+    }
+
+    fn keep(&self, key: String, token: String, expires: u64, now: f64) {
+        self.with_tokens(|tokens| {
+            if tokens.len() >= MAX_KEPT_TOKENS {
+                tokens.retain(|_, kept| kept.expires as f64 > now);
+                if tokens.len() >= MAX_KEPT_TOKENS {
+                    tokens.clear();
+                }
+            }
+            tokens.insert(key, Kept { token, expires });
+        });
+    }
+}
+
+/// What one token says, without its `jti`, `iat` and `exp`, under one key and one session.
+fn reuse_key(kid: &str, session: Option<Uuid>, claims: &InvocationClaims) -> Option<String> {
+    let mut value = serde_json::to_value(claims).ok()?;
+    let object = value.as_object_mut()?;
+    for moment in ["jti", "iat", "nbf", "exp"] {
+        object.remove(moment);
+    }
+    let session = session.map(|sid| sid.to_string()).unwrap_or_default();
+    Some(format!("{kid}\n{session}\n{value}"))
+}
+
+fn unix_now() -> f64 {
+    chrono::Utc::now().timestamp_millis() as f64 / 1000.0
+}
+
+/// How long the token of the widget at `index` must stay valid: widgets start in order with at
+/// most `concurrency` running, each settling within `widget_budget`, so the widget at `index`
+/// starts within `index / concurrency` budgets and ends one budget later (and never after the
+/// stream's end).
+pub(crate) fn needed_lifetime(
+    index: usize,
+    concurrency: usize,
+    widget_budget: Duration,
+    stream_left: Duration,
+) -> Duration {
+    let waves = (index / concurrency.max(1)) as u32 + 1;
+    widget_budget.saturating_mul(waves).min(stream_left) + REUSE_MARGIN
+}
+
+/// One widget's token: a kept one, or claims to sign (and the key to keep the token under).
+enum Work {
+    Kept(String),
+    Sign(Box<InvocationClaims>, Option<String>),
+}
+
+/// The tokens of one issuance and where its time went.
+pub(crate) struct Issued {
+    /// One token per widget, in order.
+    pub tokens: Vec<Result<String, IdentityError>>,
+    pub signed: usize,
+    pub reused: usize,
+    /// The signatures' share of the issuance (the rest is the guard: its key check and commit).
+    pub signing: Duration,
+}
+
+/// One token per widget (in order), or the guard's error. `needed[i]` is how long the token of
+/// widget `i` must stay valid for a kept token to be released again.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn sign_all(
     core: &Core,
+    cache: &Arc<TokenCache>,
     actor: &Actor,
     widgets: Vec<DashboardWidget>,
+    needed: Vec<Duration>,
     request_id: Option<String>,
     budget: Duration,
     concurrency: usize,
-) -> Result<Vec<Result<String, IdentityError>>, IdentityError> {
+) -> Result<Issued, IdentityError> {
     let core = core.clone();
+    let cache = cache.clone();
     let authority = InvocationAuthority::from_actor(actor);
+    let session = match actor {
+        Actor::User(user) => Some(user.sid),
+        _ => None,
+    };
     tokio::spawn(
         async move {
             sign_in_guard(
                 &core,
+                &cache,
                 authority,
+                session,
                 &widgets,
+                &needed,
                 request_id.as_deref(),
                 budget,
                 concurrency,
@@ -48,25 +168,34 @@ pub(crate) async fn sign_all(
     .map_err(|_| IdentityError::InvalidInvocation("signing task"))?
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn sign_in_guard(
     core: &Core,
+    cache: &TokenCache,
     authority: Option<InvocationAuthority>,
+    session: Option<Uuid>,
     widgets: &[DashboardWidget],
+    needed: &[Duration],
     request_id: Option<&str>,
     budget: Duration,
     concurrency: usize,
-) -> Result<Vec<Result<String, IdentityError>>, IdentityError> {
+) -> Result<Issued, IdentityError> {
     let options = IssueOptions::timeout(budget.as_secs_f64() * 1000.0);
     core.identity
         .with_active_signer(Purpose::Invocation, options, |scope| async move {
+            let started = Instant::now();
             let signer = scope.handle();
-            let claims: Vec<_> = widgets
+            let kid = scope.signer.kid.clone();
+            let now = unix_now();
+            let mut reused = 0;
+            let work: Vec<_> = widgets
                 .iter()
-                .map(|widget| {
+                .enumerate()
+                .map(|(index, widget)| {
                     let authority = authority
                         .as_ref()
                         .ok_or(IdentityError::InvalidInvocation("authority"))?;
-                    build_claims(
+                    let claims = build_claims(
                         &scope.issuer,
                         &InvocationRequest {
                             target_app: &widget.app_id,
@@ -78,23 +207,94 @@ async fn sign_in_guard(
                             issued_at: None,
                             jti: None,
                         },
-                    )
+                    )?;
+                    let key = reuse_key(&kid, session, &claims);
+                    let lifetime = needed.get(index).copied().unwrap_or(Duration::MAX);
+                    if let Some(token) = key
+                        .as_deref()
+                        .and_then(|key| cache.find(key, lifetime, now))
+                    {
+                        reused += 1;
+                        return Ok(Work::Kept(token));
+                    }
+                    Ok(Work::Sign(Box::new(claims), key))
                 })
-                .collect();
-            let tokens = stream::iter(claims)
-                .map(|claims| {
+                .collect::<Vec<Result<Work, IdentityError>>>();
+            let signed = work
+                .iter()
+                .filter(|item| matches!(item, Ok(Work::Sign(..))))
+                .count();
+            let tokens = stream::iter(work)
+                .map(|item| {
                     let signer = signer.clone();
                     async move {
-                        let claims = claims?;
-                        k2b_core::cpu::run(move || signer.sign(INVOCATION_TOKEN_TYPE, &claims))
-                            .await
-                            .map_err(|_| IdentityError::InvalidInvocation("signing task"))?
+                        let (claims, key) = match item? {
+                            Work::Kept(token) => return Ok(token),
+                            Work::Sign(claims, key) => (claims, key),
+                        };
+                        let expires = claims.exp;
+                        let token = k2b_core::cpu::run(move || {
+                            signer.sign(INVOCATION_TOKEN_TYPE, &*claims)
+                        })
+                        .await
+                        .map_err(|_| IdentityError::InvalidInvocation("signing task"))??;
+                        if let Some(key) = key {
+                            cache.keep(key, token.clone(), expires, unix_now());
+                        }
+                        Ok(token)
                     }
                 })
                 .buffered(concurrency.max(1))
                 .collect::<Vec<_>>()
                 .await;
-            (scope, Ok(tokens))
+            if reused > 0 {
+                metrics::count("WidgetTokensReused", reused as u64);
+            }
+            let issued = Issued {
+                tokens,
+                signed,
+                reused,
+                signing: started.elapsed(),
+            };
+            (scope, Ok(issued))
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_widget_needs_its_wave_of_budgets() {
+        let budget = Duration::from_secs(8);
+        let stream = Duration::from_secs(30);
+        assert_eq!(needed_lifetime(0, 8, budget, stream), budget + REUSE_MARGIN);
+        assert_eq!(needed_lifetime(7, 8, budget, stream), budget + REUSE_MARGIN);
+        assert_eq!(
+            needed_lifetime(8, 8, budget, stream),
+            Duration::from_secs(16) + REUSE_MARGIN
+        );
+        assert_eq!(
+            needed_lifetime(19, 8, budget, stream),
+            Duration::from_secs(24) + REUSE_MARGIN
+        );
+        // Never past the stream's end.
+        assert_eq!(
+            needed_lifetime(40, 8, budget, stream),
+            stream + REUSE_MARGIN
+        );
+    }
+
+    #[test]
+    fn kept_tokens_are_found_only_with_enough_life_left() {
+        let cache = TokenCache::default();
+        cache.keep("k".into(), "token".into(), 1_030, 1_000.0);
+        assert_eq!(
+            cache.find("k", Duration::from_secs(10), 1_000.0).as_deref(),
+            Some("token")
+        );
+        assert_eq!(cache.find("k", Duration::from_secs(10), 1_021.0), None);
+        assert_eq!(cache.find("other", Duration::from_secs(1), 1_000.0), None);
+    }
 }

@@ -19,7 +19,7 @@ use crate::WidgetsState;
 use crate::call::{
     CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection, record_outcome,
 };
-use crate::signing::sign_all;
+use crate::signing::{REUSE_MARGIN, sign_all};
 
 fn deadline_exceeded() -> Response {
     ApiError::new(
@@ -109,8 +109,10 @@ pub(crate) async fn widget(
     // The issuance keeps its own deadline (it waits for Postgres to end a statement at it).
     let signed = sign_all(
         &state.core,
+        &state.tokens,
         &actor,
         vec![widget.clone()],
+        vec![budget + REUSE_MARGIN],
         context.request_id.clone(),
         budget,
         1,
@@ -119,7 +121,7 @@ pub(crate) async fn widget(
     let token = match signed {
         Err(error) if error.is_timeout() => return fail(Phase::Signing, Reason::DeadlineExceeded),
         Err(_) => return fail(Phase::Signing, Reason::OperationFailed),
-        Ok(mut tokens) => match tokens.pop() {
+        Ok(mut issued) => match issued.tokens.pop() {
             Some(Ok(token)) => token,
             _ => return fail(Phase::Signing, Reason::OperationFailed),
         },

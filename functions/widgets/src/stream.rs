@@ -34,7 +34,7 @@ use crate::WidgetsState;
 use crate::call::{
     CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection, record_outcome,
 };
-use crate::signing::sign_all;
+use crate::signing::{needed_lifetime, sign_all};
 
 /// `<appId>/<widgetId>` with an optional `@small|@medium|@large`. A value that is itself a
 /// declared key is that key (so ids that end in such a suffix keep working); otherwise the size
@@ -147,6 +147,7 @@ pub(crate) async fn widgets(
         .into_response();
     }
 
+    let setup_started = Instant::now();
     let declared = match timeout(options.timeout, list_widgets(&state.core.pool, None)).await {
         Ok(Ok(declared)) => declared,
         outcome => {
@@ -176,24 +177,43 @@ pub(crate) async fn widgets(
     }
 
     let stream_deadline = Instant::now() + options.stream_deadline;
+    let registry_read = setup_started.elapsed();
     let tokens: Vec<Option<String>> = if selected.is_empty() {
         Vec::new()
     } else {
         let widgets: Vec<DashboardWidget> = selected.iter().map(|(w, _)| (*w).clone()).collect();
-        let budget = options
-            .timeout
-            .min(stream_deadline.saturating_duration_since(Instant::now()));
+        let stream_left = stream_deadline.saturating_duration_since(Instant::now());
+        let budget = options.timeout.min(stream_left);
+        let needed = (0..widgets.len())
+            .map(|index| needed_lifetime(index, options.concurrency, options.timeout, stream_left))
+            .collect();
+        let issuing = Instant::now();
         match sign_all(
             &state.core,
+            &state.tokens,
             &actor,
             widgets,
+            needed,
             context.request_id.clone(),
             budget,
             options.concurrency,
         )
         .await
         {
-            Ok(tokens) => tokens.into_iter().map(Result::ok).collect(),
+            Ok(issued) => {
+                let issuance = issuing.elapsed();
+                tracing::debug!(
+                    source = "widgets",
+                    widgets = issued.tokens.len(),
+                    registry_ms = registry_read.as_secs_f64() * 1000.0,
+                    guard_ms = issuance.saturating_sub(issued.signing).as_secs_f64() * 1000.0,
+                    signing_ms = issued.signing.as_secs_f64() * 1000.0,
+                    signed = issued.signed,
+                    reused = issued.reused,
+                    "Widget stream set up"
+                );
+                issued.tokens.into_iter().map(Result::ok).collect()
+            }
             Err(error) => {
                 let reason = if error.is_timeout() {
                     Reason::DeadlineExceeded

@@ -2,6 +2,7 @@
 //! small servers on loopback that each test scripts, registered in the registry like apps.
 
 mod provider_side;
+mod reuse;
 mod runner;
 mod single_route;
 mod stream;
