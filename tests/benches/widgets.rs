@@ -3,8 +3,7 @@
 //! - overhead = total stream time (request sent → `done` line) − the slowest widget's own
 //!   latency (its `ms`), p50 and p99; time to the `start` line (the first byte);
 //! - where the setup's time goes, from the runner's own "Widget stream set up" events: the
-//!   registry read (with the request's sign-in check before it), the signer guard, the
-//!   signatures, and how many tokens were signed or reused;
+//!   registry read, the signer guard, the signatures, and how many tokens were signed or reused;
 //! - one stream at a time and 8 concurrent streams, each with a new session per stream (every
 //!   token signed) and with one session (still-fresh tokens reused);
 //! - the runner held to a fraction of a core (a cgroup CPU quota), as Lambda gives CPU in

@@ -29,7 +29,6 @@ use tokio::sync::{OnceCell, oneshot};
 use uuid::Uuid;
 
 use super::engine::PublishError;
-use super::live::sqs_client_from_env;
 use crate::telemetry::metrics;
 
 /// SQS's limit on the entries of one `SendMessageBatch` call.
@@ -39,6 +38,12 @@ pub const MAX_BATCH_ENTRIES: usize = 10;
 pub const MAX_BATCH_BYTES: usize = 262_144;
 /// The answer of a publish whose batch call was dropped before it ended.
 pub const ABANDONED: &str = "publish abandoned";
+
+/// Creates an SQS client from the environment (region, credentials, `AWS_ENDPOINT_URL_SQS`).
+pub async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    aws_sdk_sqs::Client::new(&config)
+}
 
 /// One message to send: the body, its FIFO group and deduplication ids, and the outbox row id
 /// (for logs).

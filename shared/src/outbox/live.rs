@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
+pub use super::batch::sqs_client_from_env;
 use super::batch::{BatchMessage, SqsBatcher};
 use super::config::OutboxConfig;
 use super::engine::{Outbox, OutboxRow, PublishError, Publisher};
@@ -124,12 +125,6 @@ pub fn message_group_id(app_id: &str, ordering_key: &str) -> String {
     }
     let digest = hex::encode(Sha256::digest(ordering_key.as_bytes()));
     format!("{app_id}:#{digest}")
-}
-
-/// Creates an SQS client from the environment (region, credentials, `AWS_ENDPOINT_URL_SQS`).
-pub async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    aws_sdk_sqs::Client::new(&config)
 }
 
 /// Publishes live updates to an SQS FIFO queue: body = the payload, group = app and key,

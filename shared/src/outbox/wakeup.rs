@@ -94,7 +94,7 @@ impl SqsWakeups {
 
     async fn client(&self) -> &aws_sdk_sqs::Client {
         self.client
-            .get_or_init(super::live::sqs_client_from_env)
+            .get_or_init(super::batch::sqs_client_from_env)
             .await
     }
 }

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use k2b_core::identity::session::SessionRequest;
-use k2b_core::identity::{IssueOptions, Purpose};
+use k2b_core::identity::Purpose;
 use serde_json::{Value, json};
 use widgets::WidgetsOptions;
 
@@ -83,17 +82,7 @@ async fn a_fresh_token_is_released_again_for_the_same_session_app_and_widget() {
 async fn another_session_or_request_id_gets_tokens_of_its_own() {
     let setup = Setup::new(WidgetsOptions::default()).await;
     let providers = setup.apps(vec![answers(body(0))]).await;
-    let other = setup
-        .core
-        .identity
-        .issue_session(
-            &setup.core.settings,
-            SessionRequest::web(setup.user.id),
-            IssueOptions::default(),
-        )
-        .await
-        .expect("session");
-    let other_cookie = format!("session_token={}", other.token);
+    let other_cookie = k2b_tests::session_cookie(&setup.core, &setup.user).await;
     stream(&setup, &setup.cookie, None).await;
     stream(&setup, &other_cookie, None).await;
     stream(&setup, &setup.cookie, Some("req-1")).await;
