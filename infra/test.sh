@@ -20,11 +20,16 @@ if ((${#pip_missing[@]})); then
   command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
   hash -r
 fi
-# The service worker tests run the worker in Node.
-if ! command -v node >/dev/null 2>&1; then
-  log "installing Node.js (Debian package)"
+# The service worker tests run the worker in Node; the browser tests drive headless Chromium
+# over WebDriver.
+apt_missing=()
+command -v node >/dev/null 2>&1 || apt_missing+=("nodejs")
+[[ -x /usr/bin/chromium ]] || apt_missing+=("chromium")
+[[ -x /usr/bin/chromedriver ]] || apt_missing+=("chromium-driver")
+if ((${#apt_missing[@]})); then
+  log "installing Debian packages: ${apt_missing[*]}"
   sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq nodejs
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${apt_missing[@]}"
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   log "installing cargo-nextest"

@@ -21,6 +21,22 @@ pub const OAUTH_JWKS_ORIGIN_VARIABLE: &str = "CLOUD_OAUTH_JWKS_ORIGIN";
 const LOCAL_APP_SECRET: &str = "k2b-local-development-secret-never-use-in-production";
 /// The database the local runner uses when `DATABASE_URL` is not set.
 pub const LOCAL_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/k2b_local";
+/// `PGPORT`, as libpq reads it: moves the local default to another port.
+pub const LOCAL_PORT_VARIABLE: &str = "PGPORT";
+
+/// The local default database on `port` (`PGPORT`), or on 5432.
+pub fn local_database_url(port: Option<&str>) -> Result<String, ConfigError> {
+    match port {
+        None => Ok(LOCAL_DATABASE_URL.to_string()),
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(format!("postgres://postgres@127.0.0.1:{port}/k2b_local")),
+            _ => Err(ConfigError::new(
+                LOCAL_PORT_VARIABLE,
+                "must be a TCP port (1 to 65535)",
+            )),
+        },
+    }
+}
 /// Shortest `APP_SECRET` accepted outside local mode: 32 characters of entropy for the settings key.
 pub const MIN_APP_SECRET_CHARS: usize = 32;
 
@@ -250,6 +266,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("K2B_ENV", "`local` or `production`"),
     ("DATABASE_URL", "Postgres connection string"),
     (
+        "PGPORT",
+        "local mode without `DATABASE_URL`: the local default's port",
+    ),
+    (
         "APP_SECRET",
         "encrypts stored settings; at least 32 characters",
     ),
@@ -334,7 +354,7 @@ impl Config {
             }
             None if mode.is_local() => {
                 local_defaults.push("DATABASE_URL");
-                LOCAL_DATABASE_URL.to_string()
+                local_database_url(get(LOCAL_PORT_VARIABLE).as_deref())?
             }
             None => {
                 return Err(ConfigError::new(
@@ -683,6 +703,13 @@ mod tests {
         let config = parse(Mode::Local, &[]).expect("local defaults");
         assert_eq!(config.mode, Mode::Local);
         assert_eq!(config.database_url.expose(), LOCAL_DATABASE_URL);
+        let moved = parse(Mode::Local, &[("PGPORT", "6543")]).expect("another port");
+        assert_eq!(
+            moved.database_url.expose(),
+            "postgres://postgres@127.0.0.1:6543/k2b_local"
+        );
+        let err = parse(Mode::Local, &[("PGPORT", "high")]).expect_err("not a port");
+        assert_eq!(err.variable, "PGPORT");
         assert_eq!(
             config.app_secret.as_ref().map(Secret::expose),
             Some(LOCAL_APP_SECRET)

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod authenticator;
+pub mod browser;
 pub mod client;
 pub mod figures;
 pub mod lambda;
@@ -137,6 +138,8 @@ const SCRUBBED: &[&str] = &[
     "APP_URL",
     "APP_SECRET",
     "DATABASE_URL",
+    "PGPORT",
+    "K2B_DATA_DIR",
     "RUST_LOG",
     "K2B_LOG_FORMAT",
 ];

@@ -5,6 +5,10 @@
 //! every request. Their ETag is the first 32 hex characters of SHA-256 over the body, so a new
 //! name, locale or logo (whose version the icon URLs carry) reaches installed apps; browsers
 //! check on every app navigation and mostly get 304.
+//!
+//! Every other path under `/pwa/` is a part of the installed app that this deployment does not
+//! serve: it answers 404 as the platform (`X-Gateway-App: core`), which the service worker turns
+//! into its offline document for a navigation.
 
 pub mod offline;
 
@@ -19,11 +23,13 @@ use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::etag::{if_none_match, sha256_etag};
 use k2b_core::http::headers::request_id;
-use k2b_core::http::routes::Routes;
+use k2b_core::http::routes::{GATEWAY_APP_CORE, GATEWAY_APP_HEADER, Routes};
 use serde::Serialize;
 
 pub const MANIFEST_PATH: &str = "/pwa/manifest.webmanifest";
 pub const SERVICE_WORKER_PATH: &str = "/pwa/sw.js";
+/// Any other path in the app's scope (`/pwa/{proxy+}` on the REST API).
+pub const APP_PARTS_PATH: &str = "/pwa/{*part}";
 /// The app's scope, start URL and manifest id.
 pub const PWA_SCOPE: &str = "/pwa/";
 /// The fixed part of the service worker.
@@ -40,6 +46,7 @@ pub fn routes(core: Core) -> Routes {
     Routes::new()
         .get(MANIFEST_PATH, manifest)
         .get(SERVICE_WORKER_PATH, service_worker)
+        .get(APP_PARTS_PATH, part_not_deployed)
         .layer(middleware::from_fn(request_id))
         .with_state(core)
 }
@@ -47,6 +54,19 @@ pub fn routes(core: Core) -> Routes {
 /// The routes as the front door serves them.
 pub fn router(core: Core) -> Router {
     k2b_core::lambda::front_door(routes(core))
+}
+
+/// `GET /pwa/…`: no part of the app is deployed here; the platform answers (never cached).
+async fn part_not_deployed() -> Response {
+    let mut response =
+        ApiError::not_found("No part of the app is deployed at this path.").into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        GATEWAY_APP_HEADER,
+        HeaderValue::from_static(GATEWAY_APP_CORE),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 #[derive(Serialize)]

@@ -2,7 +2,9 @@
 
 mod admin;
 mod demo;
+mod postgres;
 mod serve;
+mod shell;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -135,8 +137,15 @@ fn main() {
 
 async fn run() {
     let cli = Cli::parse();
-    let config = Config::from_env_or_exit(Mode::Local, Needs::ALL);
+    let mut config = Config::from_env_or_exit(Mode::Local, Needs::ALL);
     k2b_core::telemetry::init(config.log_format);
+    let database = match postgres::prepare(&mut config).await {
+        Ok(database) => database,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::exit(1);
+        }
+    };
     let result = match cli.command.unwrap_or(Command::Serve {
         listen: serve::DEFAULT_LISTEN,
     }) {
@@ -172,6 +181,7 @@ async fn run() {
             command: SessionCommand::Issue { user },
         } => admin::issue_session(config, &user).await,
     };
+    database.stop().await;
     if let Err(error) = result {
         eprintln!("error: {error:#}");
         std::process::exit(1);

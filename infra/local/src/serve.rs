@@ -20,7 +20,7 @@ use k2b_core::registry::{APP_REGISTRY_TTL, store};
 use k2b_core::smtp_sink::{Received, SmtpSink};
 use serde_json::{Value, json};
 
-use crate::{admin, demo};
+use crate::{admin, demo, shell};
 
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3000);
@@ -142,9 +142,11 @@ pub fn router(core: Core, listen: SocketAddr) -> Router {
     let mut own = Routes::new().get("/healthz", move |State(core): State<Core>| async move {
         healthz(&core, &health).await
     });
+    own = own.merge(shell::routes());
     if listen.ip().is_loopback() {
         own = own.merge(
             Routes::new()
+                .merge(shell::local_routes())
                 .get("/_local/live-events", live_events)
                 .post("/_local/outbox/sweep", sweep_now)
                 .get("/_local/mail", sink_mail)

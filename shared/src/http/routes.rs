@@ -22,6 +22,14 @@ use super::ApiError;
 /// not exist; this code means the request never reached a handler.
 pub const ROUTE_NOT_FOUND: &str = "ROUTE_NOT_FOUND";
 
+/// The header that says which app answered. The platform itself sends `core` with
+/// `ROUTE_NOT_FOUND` (and API Gateway does, through the template's gateway response for a path
+/// with no route): the installed app's service worker shows its offline document for such an
+/// answer to a navigation, since the part it asked for is not deployed or not running.
+pub const GATEWAY_APP_HEADER: &str = "x-gateway-app";
+/// The app id the platform answers as.
+pub const GATEWAY_APP_CORE: &str = "core";
+
 /// One route a router serves: a method and an axum path (`/a/{id}`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Route {
@@ -165,14 +173,19 @@ impl Routes<()> {
     }
 }
 
-/// 404 for a request no route matches.
+/// 404 for a request no route matches, answered as the platform (`X-Gateway-App: core`).
 pub async fn route_not_found() -> Response {
-    ApiError::new(
+    let mut response = ApiError::new(
         http::StatusCode::NOT_FOUND,
         ROUTE_NOT_FOUND,
         "No route matches this request.",
     )
-    .into_response()
+    .into_response();
+    response.headers_mut().insert(
+        GATEWAY_APP_HEADER,
+        http::HeaderValue::from_static(GATEWAY_APP_CORE),
+    );
+    response
 }
 
 #[cfg(test)]
@@ -221,6 +234,13 @@ mod tests {
             .await
             .expect("infallible");
         assert_eq!(response.status(), 404);
+        assert_eq!(
+            response
+                .headers()
+                .get(GATEWAY_APP_HEADER)
+                .and_then(|v| v.to_str().ok()),
+            Some(GATEWAY_APP_CORE)
+        );
         let body = response
             .into_body()
             .collect()

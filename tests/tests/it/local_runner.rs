@@ -542,3 +542,88 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// The run command needs no running Postgres: with `DATABASE_URL` unset and nothing on the
+/// local default (moved to a free port with `PGPORT`, so the machine's own server is left
+/// alone), the runner starts a private cluster from the installed server binaries, says so in
+/// one line, stops it when it stops, and finds its data again on the next run; an admin command
+/// in between does the same.
+#[tokio::test]
+async fn without_a_database_the_runner_starts_a_private_cluster_and_keeps_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let data = tempfile::tempdir_in("/tmp").expect("data dir");
+    // The server may run as another account (as root: `postgres`), which must reach the folder.
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let data_dir = data.path().to_string_lossy().to_string();
+    let cluster = data.path().join("postgres");
+    let env = [
+        ("PGPORT", port.as_str()),
+        ("K2B_DATA_DIR", data_dir.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+        ("K2B_LOCAL_SMTP_SINK", "off"),
+    ];
+
+    let runner = LocalRunner::start(&env);
+    let health: Value = reqwest::get(format!("{}/healthz", runner.base_url))
+        .await
+        .expect("healthz")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(health["database"], "ok", "{health}");
+    assert!(cluster.join("postmaster.pid").is_file(), "running");
+    let first = runner.stop();
+    let said: Vec<&str> = first
+        .lines()
+        .filter(|line| line.contains("private cluster"))
+        .collect();
+    assert_eq!(
+        said,
+        vec![format!(
+            "no PostgreSQL on 127.0.0.1:{port}: created and started the private cluster in {} (PostgreSQL {}, stopped with the runner)",
+            cluster.display(),
+            std::fs::read_to_string(cluster.join("PG_VERSION"))
+                .expect("PG_VERSION")
+                .trim()
+        )],
+        "{first}"
+    );
+    assert!(first.contains("created the database"), "{first}");
+    assert!(
+        !cluster.join("postmaster.pid").exists(),
+        "stopped with the runner"
+    );
+
+    let set = run_local(&env, &["setting", "set", "app.name", "Private Cloud"], None);
+    assert!(set.status.success(), "{set:?}");
+    assert!(
+        String::from_utf8_lossy(&set.stderr).contains(": started the private cluster"),
+        "{set:?}"
+    );
+    assert!(!cluster.join("postmaster.pid").exists(), "stopped again");
+
+    let runner = LocalRunner::start(&env);
+    let response = reqwest::get(format!("{}/healthz", runner.base_url))
+        .await
+        .expect("healthz");
+    assert_eq!(response.status(), 200);
+    let get = run_local(&env, &["setting", "get", "app.name"], None);
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "Private Cloud");
+    assert!(
+        String::from_utf8_lossy(&get.stderr).contains(": using the private cluster in"),
+        "the runner's cluster, left running: {get:?}"
+    );
+    assert!(cluster.join("postmaster.pid").is_file(), "still running");
+    let second = runner.stop();
+    assert!(
+        second.contains(": started the private cluster in"),
+        "{second}"
+    );
+    assert!(!second.contains("created the database"), "{second}");
+    assert!(!cluster.join("postmaster.pid").exists());
+}

@@ -1,6 +1,7 @@
 //! Black-box and cross-function tests against a real Postgres, real HTTP and real processes.
 
 mod branding;
+mod browser;
 mod cloud_login;
 mod hardening;
 mod help;

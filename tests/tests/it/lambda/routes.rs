@@ -192,3 +192,53 @@ async fn every_template_route_answers_a_rest_event_of_its_stage() {
     );
     assert!(cases.len() > 20, "{cases:?}");
 }
+
+/// A navigation to a part of the installed app this deployment does not serve reaches the
+/// `manifest` function (`/pwa/{proxy+}`) and is answered as the platform, like the runner's
+/// fallback: 404 with `X-Gateway-App: core`, the header the service worker turns into its
+/// offline document. Under `/pwa/_auth` the phone API's own fallback answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_app_part_is_answered_as_the_platform() {
+    let stack = Stack::new().await;
+    let (binary, resource) =
+        routed(&stack.deployment, "GET", "/pwa/inventory").expect("a route for /pwa/inventory");
+    assert_eq!(
+        (binary, resource.path.as_str()),
+        ("manifest", "/pwa/{proxy+}")
+    );
+    let mut manifest = stack.start("manifest").await;
+    for path in ["/pwa/inventory", "/pwa/inventory/items/7"] {
+        let request = stack
+            .gateway
+            .request("GET", "/pwa/{proxy+}", path)
+            .header("Accept", "text/html");
+        let delivered = stack.send(&mut manifest, &request).await;
+        assert_eq!(delivered.status, 404, "{path}: {}", manifest.output());
+        assert_eq!(delivered.header("x-gateway-app"), Some("core"), "{path}");
+        assert_eq!(
+            delivered.header("cache-control"),
+            Some("no-store"),
+            "{path}"
+        );
+    }
+    // The routes of its own keep answering.
+    let worker = stack
+        .gateway
+        .request("GET", "/pwa/sw.js", "/pwa/sw.js")
+        .header("Accept", "*/*");
+    let delivered = stack.send(&mut manifest, &worker).await;
+    assert_eq!(delivered.status, 200);
+    assert_eq!(delivered.header("x-gateway-app"), None);
+
+    let mut approvals = stack.start("approvals").await;
+    let request = stack
+        .gateway
+        .request("GET", "/pwa/_auth/{proxy+}", "/pwa/_auth/nowhere")
+        .header("Accept", "text/html");
+    let delivered = stack.send(&mut approvals, &request).await;
+    assert_eq!(delivered.status, 404);
+    assert_eq!(delivered.header("x-gateway-app"), Some("core"));
+    let code =
+        serde_json::from_slice::<serde_json::Value>(&delivered.body).expect("json")["code"].clone();
+    assert_eq!(code, ROUTE_NOT_FOUND);
+}
