@@ -108,6 +108,7 @@ pub async fn run(mut config: Config, listen: SocketAddr) -> anyhow::Result<()> {
     let app = router(core.clone(), address);
     println!("demo app listening on {demo_url}");
     println!("k2b-local listening on {base_url}");
+    println!("  start page: {base_url}/   (sign in, the dashboard, pairing a phone)");
     println!(
         "  health: {base_url}/healthz    admin account: `{}`",
         demo::ADMIN_UID
