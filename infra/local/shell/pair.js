@@ -1,27 +1,9 @@
 // The web side of pairing: start a pairing, show its link as a QR code, wait for the phone to
 // claim it, confirm the code the phone shows, wait for the phone to finish.
 "use strict";
-const $ = (id) => document.getElementById(id);
 const API = "/api/auth/pwa/v1/pairings";
 const POLL_MS = 1000;
 let pairing = null;
-
-function show(id) {
-  for (const section of document.querySelectorAll("main > section")) section.hidden = section.id !== id;
-}
-
-async function call(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: {} };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const response = await fetch(path, init);
-  const text = await response.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch { data = null; }
-  return { status: response.status, data };
-}
 
 function describe(answer) {
   if (answer.data && answer.data.code === "REAUTHENTICATE") {

@@ -1,25 +1,7 @@
 // The phone side of pairing: claim the link's secret, show the code, wait for the computer,
 // finish. The secret lives only in the link's fragment and leaves the address bar at once.
 "use strict";
-const $ = (id) => document.getElementById(id);
 const POLL_MS = 2000;
-
-function show(id) {
-  for (const section of document.querySelectorAll("main > section")) section.hidden = section.id !== id;
-}
-
-async function call(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: {} };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const response = await fetch(path, init);
-  const text = await response.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch { data = null; }
-  return { status: response.status, data };
-}
 
 function failed(answer) {
   const message = answer.data && answer.data.message ? answer.data.message : `The server answered ${answer.status}.`;

@@ -10,7 +10,7 @@ use k2b_core::auth::{self, NewUser, Profile, Provider};
 use k2b_core::config::Config;
 use k2b_core::db;
 use k2b_core::identity::IssueOptions;
-use k2b_core::identity::session::{SESSION_COOKIE, SessionRequest};
+use k2b_core::identity::session::{IssuedSession, SESSION_COOKIE, SessionRequest};
 use k2b_core::identity::workload;
 use k2b_core::registry::store;
 use k2b_core::settings::definitions;
@@ -93,19 +93,24 @@ pub async fn get_setting(config: Config, key: &str) -> anyhow::Result<()> {
 
 pub async fn issue_session(config: Config, uid: &str) -> anyhow::Result<()> {
     let (core, _) = open(config).await?;
+    let session = web_session(&core, uid).await?;
+    println!("{SESSION_COOKIE}={}", session.token);
+    Ok(())
+}
+
+/// A new web session for the account `uid`.
+pub async fn web_session(core: &Core, uid: &str) -> anyhow::Result<IssuedSession> {
     let user = auth::find_user_by_uid(&mut *core.pool.acquire().await?, uid)
         .await?
         .with_context(|| format!("no account with uid `{uid}`"))?;
-    let session = core
+    Ok(core
         .identity
         .issue_session(
             &core.settings,
             SessionRequest::web(user.id),
             IssueOptions::default(),
         )
-        .await?;
-    println!("{SESSION_COOKIE}={}", session.token);
-    Ok(())
+        .await?)
 }
 
 pub async fn issue_app_credential(config: Config, app_id: &str) -> anyhow::Result<()> {

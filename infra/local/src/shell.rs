@@ -13,16 +13,16 @@ use k2b_core::http::ApiError;
 use k2b_core::http::cookies::SetCookie;
 use k2b_core::http::routes::Routes;
 use k2b_core::http::text::escape_html;
-use k2b_core::identity::IssueOptions;
-use k2b_core::identity::session::{SESSION_COOKIE, SessionRequest};
+use k2b_core::identity::session::SESSION_COOKIE;
 
-use crate::demo;
+use crate::{admin, demo};
 
 const START: &str = include_str!("../shell/start.html");
 const PWA: &str = include_str!("../shell/pwa.html");
 const PAIR: &str = include_str!("../shell/pair.html");
 const DASHBOARD: &str = include_str!("../shell/dashboard.html");
 const CSS: &str = include_str!("../shell/shell.css");
+const COMMON_JS: &str = include_str!("../shell/common.js");
 const PHONE_JS: &str = include_str!("../shell/phone.js");
 const PAIR_JS: &str = include_str!("../shell/pair.js");
 const DASHBOARD_JS: &str = include_str!("../shell/dashboard.js");
@@ -41,6 +41,9 @@ pub fn routes() -> Routes<Core> {
         .get("/shell/dashboard", dashboard_page)
         .get("/shell/shell.css", || async {
             asset(CSS, "text/css; charset=utf-8")
+        })
+        .get("/shell/common.js", || async {
+            asset(COMMON_JS, JAVASCRIPT)
         })
         .get("/shell/phone.js", || async { asset(PHONE_JS, JAVASCRIPT) })
         .get("/shell/pair.js", || async { asset(PAIR_JS, JAVASCRIPT) })
@@ -209,23 +212,7 @@ async fn sign_in(State(core): State<Core>, headers: HeaderMap) -> Response {
         return ApiError::forbidden("The sign-in shortcut exists only in local mode.")
             .into_response();
     }
-    let issued = async {
-        let mut conn = core.pool.acquire().await?;
-        let user = k2b_core::auth::find_user_by_uid(&mut conn, demo::ADMIN_UID)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("the seeded administrator is missing"))?;
-        drop(conn);
-        let session = core
-            .identity
-            .issue_session(
-                &core.settings,
-                SessionRequest::web(user.id),
-                IssueOptions::default(),
-            )
-            .await?;
-        anyhow::Ok(session)
-    }
-    .await;
+    let issued = admin::web_session(&core, demo::ADMIN_UID).await;
     let session = match issued {
         Ok(session) => session,
         Err(error) => {
