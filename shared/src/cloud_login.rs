@@ -21,7 +21,7 @@ pub mod login;
 pub mod manage;
 pub mod proof;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -67,18 +67,43 @@ pub const DEFAULT_APP_ORIGIN: &str = "https://cloud-login.pwa.k2b.dev";
 pub const DECISION_CHANNEL: &str = "app_login_decided";
 
 /// The limits as `/info` publishes them.
-pub fn limits() -> Value {
-    json!({
-        "bodyBytes": BODY_BYTES,
-        "pairingSeconds": PAIRING_SECONDS,
-        "loginSeconds": LOGIN_SECONDS,
-        "proofSeconds": PROOF_SECONDS,
-        "recentSessionSeconds": RECENT_SESSION_SECONDS,
-        "devicesPerAccount": DEVICES_PER_ACCOUNT,
-        "pendingPerAccount": PENDING_PER_ACCOUNT,
-        "pageSize": PAGE_SIZE,
-        "pollSeconds": POLL_SECONDS,
-    })
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginLimits)]
+pub struct Limits {
+    /// Largest request body, in bytes.
+    pub body_bytes: usize,
+    /// How long a started pairing lives.
+    pub pairing_seconds: i64,
+    /// How long a browser sign-in waits for its approval.
+    pub login_seconds: i64,
+    /// The window of a signed device command.
+    pub proof_seconds: i64,
+    /// How old a web sign-in may be to start, inspect or confirm a pairing.
+    pub recent_session_seconds: i64,
+    /// Active devices per account.
+    pub devices_per_account: i64,
+    /// Open pairings, and open sign-ins, per account.
+    pub pending_per_account: i64,
+    /// Devices per page of a list.
+    pub page_size: i64,
+    /// How often the browser and the authenticator poll.
+    pub poll_seconds: i64,
+}
+
+/// The limits as `/info` publishes them.
+pub fn limits() -> Limits {
+    Limits {
+        body_bytes: BODY_BYTES,
+        pairing_seconds: PAIRING_SECONDS,
+        login_seconds: LOGIN_SECONDS,
+        proof_seconds: PROOF_SECONDS,
+        recent_session_seconds: RECENT_SESSION_SECONDS,
+        devices_per_account: DEVICES_PER_ACCOUNT,
+        pending_per_account: PENDING_PER_ACCOUNT,
+        page_size: PAGE_SIZE,
+        poll_seconds: POLL_SECONDS,
+    }
 }
 
 /// A signed-in person acting on the management routes: their session family and whether they

@@ -45,18 +45,34 @@ pub const LIST_PAGE: usize = 100;
 pub const RESOURCE_URI_PREFIX: &str = "cloud://help/";
 
 /// One document of a corpus as it is published and stored (no HTML: readers render it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A translation (in `documentsByLocale`) must name a document of the base locale and keep its
+/// `icon` and `order`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = HelpCorpusDocument)]
 pub struct CorpusDocument {
+    /// Lowercase kebab-case, unique within its locale.
+    #[schema(pattern = "^[a-z0-9]+(-[a-z0-9]+)*$")]
     pub id: String,
+    /// Trimmed, non-empty, at most 1000 characters.
+    #[schema(min_length = 1, max_length = 1000, pattern = "^\\S([\\s\\S]*\\S)?$")]
     pub title: String,
+    /// Trimmed, non-empty, at most 1000 characters (for example `ti ti-rocket`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1000, pattern = "^\\S([\\s\\S]*\\S)?$")]
     pub icon: Option<String>,
+    /// Trimmed, non-empty, at most 1000 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1000, pattern = "^\\S([\\s\\S]*\\S)?$")]
     pub description: Option<String>,
+    /// Position among the documents (ascending, then by title).
     pub order: i32,
+    /// The Markdown body: not blank, at most 131 072 UTF-8 bytes.
+    #[schema(max_length = 131072, pattern = "\\S")]
     pub markdown: String,
-    /// The document's text without markup, for search.
+    /// The document's text without markup, for search: at most 262 144 UTF-8 bytes.
+    #[schema(max_length = 262144)]
     pub search_text: String,
 }
 

@@ -7,6 +7,7 @@ pub mod error;
 pub mod etag;
 pub mod headers;
 pub mod locale;
+pub mod openapi;
 pub mod origin;
 pub mod rate_limit;
 pub mod routes;

@@ -78,8 +78,11 @@ pub const SHELL_APP_ID: &str = "pwa";
 pub const SHELL_ROUTE: &str = "/pwa";
 
 /// A device platform.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = PwaPlatform)]
 pub enum Platform {
     Ios,
     Android,

@@ -23,21 +23,9 @@ fn program(variable: &str, default: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(default))
 }
 
-/// Where browser tests write their screenshots: `K2B_TEST_ARTIFACTS`, else
-/// `<target>/test-artifacts`.
+/// Where browser tests write their screenshots (see [`crate::artifacts_dir`]).
 pub fn artifacts_dir() -> PathBuf {
-    let dir = std::env::var_os("K2B_TEST_ARTIFACTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| crate::lambda::workspace_root().join("target"))
-                .join("test-artifacts")
-        })
-        .join("browser");
-    std::fs::create_dir_all(&dir)
-        .unwrap_or_else(|e| panic!("create the artifacts folder {}: {e}", dir.display()));
-    dir
+    crate::artifacts_dir("browser")
 }
 
 /// One headless Chromium with its own chromedriver and profile.

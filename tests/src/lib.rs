@@ -208,6 +208,23 @@ pub fn run_local(env: &[(&str, &str)], args: &[&str], stdin: Option<&str>) -> Ou
         .unwrap_or_else(|e| panic!("wait for k2b-local: {e}"))
 }
 
+/// Where tests of `area` leave files for people to look at (screenshots, reports):
+/// `K2B_TEST_ARTIFACTS/<area>`, else `<target>/test-artifacts/<area>`.
+pub fn artifacts_dir(area: &str) -> PathBuf {
+    let dir = std::env::var_os("K2B_TEST_ARTIFACTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| crate::lambda::workspace_root().join("target"))
+                .join("test-artifacts")
+        })
+        .join(area);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("create the artifacts folder {}: {e}", dir.display()));
+    dir
+}
+
 /// A running `k2b-local serve` on a free port.
 pub struct LocalRunner {
     pub base_url: String,

@@ -9,15 +9,26 @@ use http::{HeaderMap, HeaderValue, header};
 use k2b_core::access::CurrentActor;
 use k2b_core::auth::Actor;
 use k2b_core::cloud_login::CloudLoginError;
-use k2b_core::cloud_login::manage;
+use k2b_core::cloud_login::manage::{self, AdminRevocation, DeviceView};
 use k2b_core::http::ApiError;
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::routes::Routes;
 use k2b_core::pwa::PwaError;
-use k2b_core::pwa::devices::{self, DeviceAdministrator};
-use serde_json::json;
+use k2b_core::pwa::devices::{self, DeviceAdministrator, DeviceItem};
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
 use uuid::Uuid;
 
 use crate::{ApprovalsState, RequestFacts};
+
+/// The administrators' part of the API document.
+#[derive(OpenApi)]
+#[openapi(paths(list, revoke, list_authenticators, revoke_authenticator))]
+struct Api;
+
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
+}
 
 pub(crate) fn routes() -> Routes<ApprovalsState> {
     Routes::new()
@@ -55,6 +66,44 @@ fn parse(raw: &str) -> Result<Uuid, ApiError> {
     k2b_core::pwa::parse_id(raw).ok_or_else(|| PwaError::NotFound.to_api_error())
 }
 
+/// A person's paired phones.
+#[derive(Serialize, ToSchema)]
+#[schema(as = PwaAdminDeviceList)]
+struct PhoneList {
+    /// The active devices, oldest first (`current` is always false).
+    #[schema(max_items = 20)]
+    devices: Vec<DeviceItem>,
+}
+
+/// A phone revocation's outcome.
+#[derive(Serialize, ToSchema)]
+#[schema(as = PwaAdminRevocation)]
+struct PhoneRevocation {
+    /// True only for the call that revoked the device.
+    revoked: bool,
+}
+
+/// List a person's paired phones
+///
+/// An administrator (the current role; never through an app session, and with OAuth only with
+/// the `admin` scope) lists another person's active phones. An administrator's user-delegated
+/// API key (`Authorization: Bearer cld_…`) works too.
+#[utoipa::path(
+    get,
+    path = "/api/accounts/users/{id}/app-devices",
+    tag = "accounts",
+    operation_id = "accountsListAppDevices",
+    params(("id" = String, Path, format = Uuid, description = "The person's id (a hyphenated UUID; anything else is 404).")),
+    security(("session" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The devices.", body = PhoneList,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 401, description = "`UNAUTHORIZED`: no valid credential.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: not an administrator, an app session, or a credential without a person.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: no such person.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked, or a dependency failed.", body = ErrorBody),
+    )
+)]
 async fn list(
     State(state): State<ApprovalsState>,
     CurrentActor(actor): CurrentActor,
@@ -69,11 +118,35 @@ async fn list(
     }
     .await;
     no_store(match result {
-        Ok(items) => Json(json!({ "devices": items })).into_response(),
+        Ok(devices) => Json(PhoneList { devices }).into_response(),
         Err(error) => error.into_response(),
     })
 }
 
+/// Revoke a person's paired phone
+///
+/// An administrator revokes another person's phone and ends its app sessions (`revoked` is
+/// true only for the call that revoked it). A cookie-authenticated request needs the
+/// installation's own `Origin` (checked first); a request with `Authorization` does not.
+#[utoipa::path(
+    delete,
+    path = "/api/accounts/users/{id}/app-devices/{device_id}",
+    tag = "accounts",
+    operation_id = "accountsRevokeAppDevice",
+    params(
+        ("id" = String, Path, format = Uuid, description = "The person's id (a hyphenated UUID; anything else is 404)."),
+        ("device_id" = String, Path, format = Uuid, description = "The device's id (a hyphenated UUID; anything else is 404)."),
+    ),
+    security(("session" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The outcome.", body = PhoneRevocation,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 401, description = "`UNAUTHORIZED`: no valid credential.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: not an administrator, an app session, a credential without a person, or (without `Authorization`) an `Origin` other than the installation's.", body = ErrorBody),
+        (status = 404, description = "`NOT_FOUND`: no such person, or no such device of theirs.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked, or a dependency failed.", body = ErrorBody),
+    )
+)]
 async fn revoke(
     State(state): State<ApprovalsState>,
     CurrentActor(actor): CurrentActor,
@@ -96,7 +169,7 @@ async fn revoke(
     }
     .await;
     no_store(match result {
-        Ok(revoked) => Json(json!({ "revoked": revoked })).into_response(),
+        Ok(revoked) => Json(PhoneRevocation { revoked }).into_response(),
         Err(error) => error.into_response(),
     })
 }
@@ -117,7 +190,34 @@ fn parse_authenticator(raw: &str) -> Result<Uuid, CloudLoginError> {
     k2b_core::pwa::parse_id(raw).ok_or(CloudLoginError::Missing)
 }
 
-/// Cloud Login devices (authenticators) of a person.
+/// A person's Cloud Login authenticators.
+#[derive(Serialize, ToSchema)]
+#[schema(as = CloudLoginAdminDeviceList)]
+struct AuthenticatorList {
+    /// Every device at this installation (revoked ones too), oldest first.
+    devices: Vec<DeviceView>,
+}
+
+/// List a person's authenticators
+///
+/// An administrator lists another person's Cloud Login devices at this installation (an
+/// unknown person has none). Works while Cloud Login is off.
+#[utoipa::path(
+    get,
+    path = "/api/accounts/users/{id}/devices",
+    tag = "accounts",
+    operation_id = "accountsListAuthenticators",
+    params(("id" = String, Path, format = Uuid, description = "The person's id (a hyphenated UUID; anything else is 404).")),
+    security(("session" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The devices.", body = AuthenticatorList,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 401, description = "`UNAUTHORIZED`: no valid credential.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: not an administrator, an app session, or a credential without a person.", body = ErrorBody),
+        (status = 404, description = "`UNAVAILABLE`: the id is not a UUID.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked, the settings are not valid, or a dependency failed.", body = ErrorBody),
+    )
+)]
 async fn list_authenticators(
     State(state): State<ApprovalsState>,
     CurrentActor(actor): CurrentActor,
@@ -129,12 +229,36 @@ async fn list_authenticators(
     }
     .await;
     no_store(match result {
-        Ok(items) => Json(json!({ "devices": items })).into_response(),
+        Ok(devices) => Json(AuthenticatorList { devices }).into_response(),
         Err(error) => error.into_response(),
     })
 }
 
-/// Revokes a person's authenticator (idempotent; the person is notified once).
+/// Revoke a person's authenticator
+///
+/// An administrator revokes another person's Cloud Login device (idempotent: `revoked` is
+/// false when it already was; the person is notified once; their sessions stay valid). A
+/// cookie-authenticated request needs the installation's own `Origin` (checked first); a
+/// request with `Authorization` does not.
+#[utoipa::path(
+    delete,
+    path = "/api/accounts/users/{id}/devices/{device_id}",
+    tag = "accounts",
+    operation_id = "accountsRevokeAuthenticator",
+    params(
+        ("id" = String, Path, format = Uuid, description = "The person's id (a hyphenated UUID; anything else is 404)."),
+        ("device_id" = String, Path, format = Uuid, description = "The device's id (a hyphenated UUID; anything else is 404)."),
+    ),
+    security(("session" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The outcome.", body = AdminRevocation,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 401, description = "`UNAUTHORIZED`: no valid credential.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: not an administrator, an app session, a credential without a person, or (without `Authorization`) an `Origin` other than the installation's.", body = ErrorBody),
+        (status = 404, description = "`UNAVAILABLE`: no such device of this person (or an id that is not a UUID).", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked, the settings are not valid, or a dependency failed.", body = ErrorBody),
+    )
+)]
 async fn revoke_authenticator(
     State(state): State<ApprovalsState>,
     CurrentActor(actor): CurrentActor,

@@ -22,20 +22,20 @@ mod web;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{ConnectInfo, FromRef, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use k2b_core::Core;
 use k2b_core::config::Needs;
+use k2b_core::http::ApiError;
 use k2b_core::http::cookies::SetCookie;
 use k2b_core::http::headers::{client_request_id, request_id};
 use k2b_core::http::origin::origin_matches;
 use k2b_core::http::rate_limit::RateLimiter;
 use k2b_core::http::routes::Routes;
 use k2b_core::pwa::PwaError;
-use serde_json::json;
 
 /// Shared state of the function's routers.
 #[derive(Clone)]
@@ -74,6 +74,15 @@ pub fn routes(core: Core) -> Routes {
         .merge(admin::routes())
         .layer(middleware::from_fn(request_id))
         .with_state(state)
+}
+
+/// The function's part of the API document (tags `pairing`, `app-approval` and `accounts`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut document = web::openapi();
+    document.merge(phone::openapi());
+    document.merge(cloud_login::openapi());
+    document.merge(admin::openapi());
+    document
 }
 
 /// The routes as the front door serves them.
@@ -124,11 +133,12 @@ pub(crate) fn within_rate_limit<'a>(
 
 /// 429 `RATE_LIMITED` with `Retry-After: 1`.
 pub(crate) fn rate_limited() -> Response {
-    let mut response = (
+    let mut response = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
-        Json(json!({"code": "RATE_LIMITED", "message": "Too many requests. Try again shortly."})),
+        "RATE_LIMITED",
+        "Too many requests. Try again shortly.",
     )
-        .into_response();
+    .into_response();
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -228,4 +238,107 @@ pub(crate) fn with_cookies(mut response: Response, cookies: &[SetCookie]) -> Res
 /// Whether cookies carry `Secure` (everywhere but local mode's plain HTTP).
 pub(crate) fn secure_cookies(core: &Core) -> bool {
     !core.config.mode.is_local()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// `(METHOD, path)` of every operation of a document.
+    fn operations(document: &utoipa::openapi::OpenApi) -> BTreeSet<(String, String)> {
+        document
+            .paths
+            .paths
+            .iter()
+            .flat_map(|(path, item)| {
+                k2b_core::http::openapi::methods_of(item)
+                    .into_iter()
+                    .map(move |method| (method.to_uppercase(), path.clone()))
+            })
+            .collect()
+    }
+
+    /// The document lists exactly the routes of the table, every operation with its id, its
+    /// security and the `Error` body on every error answer.
+    #[tokio::test]
+    async fn the_document_matches_the_routes() {
+        let config = k2b_core::config::Config::from_lookup(k2b_core::config::Mode::Local, |k| {
+            (k == "DATABASE_URL").then(|| "postgres://nobody@127.0.0.1:1/none".to_string())
+        })
+        .expect("config");
+        let core = Core::new(config).expect("core");
+        let routes: BTreeSet<(String, String)> = routes(core)
+            .table()
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_string()))
+            .collect();
+        let document = openapi();
+        assert_eq!(operations(&document), routes);
+
+        let json = serde_json::to_value(&document).expect("json");
+        let mut ids = BTreeSet::new();
+        for (path, item) in json["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                let name = format!("{method} {path}");
+                let id = operation["operationId"].as_str().expect("operationId");
+                assert!(ids.insert(id.to_string()), "{name}: {id} twice");
+                assert!(operation["security"].is_array(), "{name}: no security");
+                let tag = operation["tags"][0].as_str().expect("tag");
+                let expected = if path.starts_with("/api/auth/app-approval/") {
+                    "app-approval"
+                } else if path.starts_with("/api/accounts/") {
+                    "accounts"
+                } else {
+                    "pairing"
+                };
+                assert_eq!(tag, expected, "{name}");
+                for (status, response) in operation["responses"].as_object().expect("responses") {
+                    if status.starts_with('4') || status.starts_with('5') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/Error",
+                            "{name} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        for schema in [
+            "PwaStartedPairing",
+            "PwaPairingStatus",
+            "PwaDevice",
+            "CloudLoginCommandAnswer",
+            "CloudLoginDeviceRequest",
+            "CloudLoginDevicePage",
+        ] {
+            assert!(
+                json["components"]["schemas"][schema].is_object(),
+                "schema {schema}"
+            );
+        }
+    }
+
+    /// The typed bodies keep the wire shapes of the answers they replace.
+    #[test]
+    fn bodies_keep_their_wire_shape() {
+        let limits = serde_json::to_value(k2b_core::cloud_login::limits()).expect("limits");
+        assert_eq!(
+            limits,
+            serde_json::json!({
+                "bodyBytes": 8192, "pairingSeconds": 300, "loginSeconds": 300,
+                "proofSeconds": 60, "recentSessionSeconds": 600, "devicesPerAccount": 20,
+                "pendingPerAccount": 5, "pageSize": 20, "pollSeconds": 5,
+            })
+        );
+        use k2b_core::cloud_login::device::CommandOutcome;
+        assert_eq!(
+            serde_json::to_value(CommandOutcome::Approved.answer()).expect("json"),
+            serde_json::json!({"state": "approved"})
+        );
+        assert_eq!(
+            serde_json::to_value(CommandOutcome::Pending(Vec::new()).answer()).expect("json"),
+            serde_json::json!({"requests": [], "pollAfterSeconds": 5})
+        );
+    }
 }

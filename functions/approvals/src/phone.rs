@@ -9,14 +9,15 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::Core;
 use k2b_core::http::body::read_json;
 use k2b_core::http::cookies::{SameSiteMode, SetCookie, get_cookie};
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::routes::Routes;
 use k2b_core::identity::session::SESSION_COOKIE as WEB_SESSION_COOKIE;
 use k2b_core::pwa::launch::launch_target;
-use k2b_core::pwa::pairing::{CompleteRequest, Completion, Credentials};
+use k2b_core::pwa::pairing::{AccountName, CompleteRequest, Completion, Credentials};
 use k2b_core::pwa::renew::{RenewOutcome, RenewRequest};
 use k2b_core::pwa::{self, Platform, PwaError, devices, pairing, renew};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::{OpenApi, ToSchema};
 
 use crate::sessions::{device_key, presented};
 use crate::{ApprovalsState, RequestFacts, secure_cookies, with_cookies};
@@ -27,6 +28,15 @@ pub(crate) const LAUNCH_BUDGET: std::time::Duration = std::time::Duration::from_
 
 /// Where launch sends the app when the service cannot answer.
 pub(crate) const UNAVAILABLE_TARGET: &str = "/pwa/?pwa=unavailable";
+
+/// The phone side's part of the API document.
+#[derive(OpenApi)]
+#[openapi(paths(claim, complete, renew_session, launch, rename, unpair))]
+struct Api;
+
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
+}
 
 pub(crate) fn routes() -> Routes<ApprovalsState> {
     Routes::new()
@@ -88,13 +98,56 @@ async fn require_shell(core: &Core) -> Result<(), PwaError> {
     }
 }
 
-#[derive(Deserialize)]
+/// What the phone scanned, and what it is.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PwaClaimPairing)]
 struct ClaimBody {
+    /// The link secret: 43 base64url characters.
+    #[schema(pattern = "^[A-Za-z0-9_-]{43}$")]
     secret: String,
+    #[schema(value_type = Platform)]
     platform: String,
 }
 
+/// A claimed pairing, as the phone shows it.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = PwaClaimedPairing)]
+struct Claimed {
+    /// The six-digit code both screens show.
+    code: String,
+    /// The account the phone is pairing with.
+    account: AccountName,
+    expires_at: chrono::DateTime<Utc>,
+}
+
+/// Claim a pairing (phone)
+///
+/// The phone claims a pairing with the scanned link secret: both screens then show the same
+/// six-digit code, and the phone receives its completion secret in the `pwa_pairing` cookie
+/// (HttpOnly, SameSite=Strict, path `/pwa/_auth/pairings`, until the pairing expires). Needs
+/// the installation's own `Origin`.
+#[utoipa::path(
+    post,
+    path = "/pwa/_auth/pairings/claim",
+    tag = "pairing",
+    operation_id = "pwaClaimPairing",
+    request_body(content = ClaimBody, content_type = "application/json",
+        description = "At most 8192 bytes; no other member."),
+    security(()),
+    responses(
+        (status = 200, description = "Claimed; the completion secret is in the `pwa_pairing` cookie.", body = Claimed,
+            headers(("Set-Cookie" = String, description = "`pwa_pairing=<completion secret>; Path=/pwa/_auth/pairings; HttpOnly; SameSite=Strict`."))),
+        (status = 400, description = "`INVALID_REQUEST`: not `{secret, platform}` of the right shape (or over 8192 bytes).", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
+        (status = 409, description = "`ALREADY_USED`: the link was already claimed.", body = ErrorBody),
+        (status = 410, description = "`EXPIRED`: no such pairing, or it expired, was cancelled or is past its claim time.", body = ErrorBody),
+        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "`1`."))),
+        (status = 503, description = "`UNAVAILABLE`: the mobile app's shell is not installed, or a dependency failed.", body = ErrorBody),
+    )
+)]
 async fn claim(State(state): State<ApprovalsState>, headers: HeaderMap, body: Body) -> Response {
     let core = &state.core;
     let result = async {
@@ -118,11 +171,11 @@ async fn claim(State(state): State<ApprovalsState>, headers: HeaderMap, body: Bo
                 claimed.expires_at,
             );
             with_cookies(
-                Json(json!({
-                    "code": claimed.code,
-                    "account": claimed.account,
-                    "expiresAt": claimed.expires_at,
-                }))
+                Json(Claimed {
+                    code: claimed.code,
+                    account: claimed.account,
+                    expires_at: claimed.expires_at,
+                })
                 .into_response(),
                 &[cookie],
             )
@@ -142,6 +195,72 @@ fn pairing_cookie(secure: bool, secret: &str, expires_at: chrono::DateTime<Utc>)
         .secure(secure)
 }
 
+/// The pairing waits for the browser to type the code.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = PwaPairingWaiting)]
+struct Waiting {
+    state: WaitingState,
+    /// The six-digit code both screens show.
+    code: String,
+    account: AccountName,
+    expires_at: chrono::DateTime<Utc>,
+}
+
+/// `waiting`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = PwaWaitingState)]
+enum WaitingState {
+    Waiting,
+}
+
+/// The phone is paired.
+#[derive(Serialize, ToSchema)]
+#[schema(as = PwaPairingPaired)]
+struct Paired {
+    state: PairedState,
+}
+
+/// `paired`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = PwaPairedState)]
+enum PairedState {
+    Paired,
+}
+
+/// Complete a pairing (phone)
+///
+/// The phone asks, with its `pwa_pairing` cookie, whether the browser has confirmed: 202 while
+/// it waits, then 200 with the device key (`pwa_device`, path `/pwa/_auth`, 150 days) and a
+/// 24-hour app session (`pwa_session`, path `/`), and the `pwa_pairing` cookie removed (on iOS
+/// also the browser's `session_token`). A retry that already carries this device's app session
+/// is 200 without new cookies. Any `EXPIRED` answer removes `pwa_pairing`. Needs the
+/// installation's own `Origin`.
+#[utoipa::path(
+    post,
+    path = "/pwa/_auth/pairings/complete",
+    tag = "pairing",
+    operation_id = "pwaCompletePairing",
+    params(
+        ("pwa_pairing" = Option<String>, Cookie, description = "The completion secret the claim set."),
+        ("pwa_device" = Option<String>, Cookie, description = "A device key this app already holds (`<deviceId>.<secret>`), if any."),
+    ),
+    security((), ("appSession" = []), ("session" = [])),
+    responses(
+        (status = 200, description = "Paired; new credentials are in the cookies (none on a retry that carries this device's app session).", body = Paired,
+            headers(("Set-Cookie" = String, description = "`pwa_session` and `pwa_device`, the removal of `pwa_pairing`, and on iOS the removal of `session_token`."))),
+        (status = 202, description = "Waiting for the browser to type the code.", body = Waiting),
+        (status = 403, description = "`FORBIDDEN` (an `Origin` other than the installation's) or `ACCOUNT_BLOCKED` (the account cannot use the mobile app now).", body = ErrorBody),
+        (status = 409, description = "`ALREADY_PAIRED` (this app holds another account's device) or `ACCOUNT_MISMATCH` (outside iOS, the browser is signed in to another account).", body = ErrorBody),
+        (status = 410, description = "`EXPIRED`: no or an unknown completion secret, or the pairing expired, was cancelled or lost its browser session; `pwa_pairing` is removed.", body = ErrorBody,
+            headers(("Set-Cookie" = String, description = "The removal of `pwa_pairing`."))),
+        (status = 429, description = "`LIMIT_REACHED` (20 active devices), or `RATE_LIMITED` (too many requests from this client; `Retry-After: 1`).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "`1`, on `RATE_LIMITED`."))),
+        (status = 503, description = "`UNAVAILABLE`: the mobile app's shell is not installed, or a dependency failed.", body = ErrorBody),
+    )
+)]
 async fn complete(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
     let core = &state.core;
     let result = async {
@@ -173,12 +292,12 @@ async fn complete(State(state): State<ApprovalsState>, headers: HeaderMap) -> Re
             _,
         )) => (
             StatusCode::ACCEPTED,
-            Json(json!({
-                "state": "waiting",
-                "code": code,
-                "account": account,
-                "expiresAt": expires_at,
-            })),
+            Json(Waiting {
+                state: WaitingState::Waiting,
+                code,
+                account,
+                expires_at,
+            }),
         )
             .into_response(),
         Ok((
@@ -188,7 +307,10 @@ async fn complete(State(state): State<ApprovalsState>, headers: HeaderMap) -> Re
             },
             web_cookie_sent,
         )) => {
-            let response = Json(json!({"state": "paired"})).into_response();
+            let response = Json(Paired {
+                state: PairedState::Paired,
+            })
+            .into_response();
             let Some(credentials) = credentials else {
                 return response;
             };
@@ -229,6 +351,42 @@ async fn run_renew(
     Ok((outcome, sessions))
 }
 
+/// A renewal's answer.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = PwaRenewal)]
+struct Renewal {
+    /// Whether a new device key and app session were set.
+    renewed: bool,
+    /// Another account a browser session in the same cookie jar is signed in to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    other_account: Option<AccountName>,
+}
+
+/// Renew the app session (phone)
+///
+/// The installed app presents its device key: a session with more than 12 hours left stays
+/// (`renewed: false`), else the key rotates and a new 24-hour app session is set. A missing,
+/// unknown or revoked key is 401 and removes both cookies; a blocked account is 403 and keeps
+/// them. Needs the installation's own `Origin`.
+#[utoipa::path(
+    post,
+    path = "/pwa/_auth/session/renew",
+    tag = "pairing",
+    operation_id = "pwaRenewSession",
+    params(("pwa_device" = Option<String>, Cookie, description = "The device key `<deviceId>.<secret>`.")),
+    security((), ("appSession" = []), ("session" = [])),
+    responses(
+        (status = 200, description = "The app session is good; `renewed` says whether new cookies were set.", body = Renewal,
+            headers(("Set-Cookie" = String, description = "When renewed: the new `pwa_session` and `pwa_device`."))),
+        (status = 401, description = "`UNPAIRED`: no, an unknown or a revoked device key; `pwa_session` and `pwa_device` are removed.", body = ErrorBody,
+            headers(("Set-Cookie" = String, description = "The removal of `pwa_session` and `pwa_device`."))),
+        (status = 403, description = "`FORBIDDEN` (an `Origin` other than the installation's) or `ACCOUNT_BLOCKED` (the account cannot use the mobile app now; the device stays paired).", body = ErrorBody),
+        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "`1`."))),
+        (status = 503, description = "`UNAVAILABLE`: the mobile app's shell is not installed, or a dependency failed (never signs the phone out).", body = ErrorBody),
+    )
+)]
 async fn renew_session(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
     let core = &state.core;
     let result = async {
@@ -254,10 +412,15 @@ async fn renew_session(State(state): State<ApprovalsState>, headers: HeaderMap) 
             credentials,
         } => (*user_id, credential_cookies(core, credentials), true),
     };
-    let mut body = json!({ "renewed": renewed });
-    if let Some(web) = sessions.web.filter(|w| w.user.id != user_id) {
-        body["otherAccount"] = json!({ "name": web.user.shown_name() });
-    }
+    let body = Renewal {
+        renewed,
+        other_account: sessions
+            .web
+            .filter(|w| w.user.id != user_id)
+            .map(|web| AccountName {
+                name: web.user.shown_name().to_string(),
+            }),
+    };
     with_cookies(Json(body).into_response(), &cookies)
 }
 
@@ -270,6 +433,30 @@ pub(crate) fn launch_redirect(target: &str, cookies: &[SetCookie]) -> Response {
     with_cookies(response, cookies)
 }
 
+/// Launch the installed app (phone)
+///
+/// The app's start URL: renews the app session like `renew`, then always redirects (302) —
+/// to `to` (with `pwa_launch=1`) when the session is good, else to `/pwa/?pwa=blocked`,
+/// `/pwa/?pwa=ended` (cookies removed), `/pwa/?pwa=new` (no device key) or
+/// `/pwa/?pwa=unavailable` (no shell, a failure, a time-out after 15 s, or rate-limited).
+#[utoipa::path(
+    get,
+    path = "/pwa/_auth/session/launch",
+    tag = "pairing",
+    operation_id = "pwaLaunch",
+    params(
+        ("to" = Option<String>, Query, description = "Where to land: a path inside `/pwa/` (not `/pwa/_auth`), else the start page. Only the first `to` counts; other parameters are ignored."),
+        ("pwa_device" = Option<String>, Cookie, description = "The device key `<deviceId>.<secret>`."),
+    ),
+    security((), ("appSession" = [])),
+    responses(
+        (status = 302, description = "Always: to the target, or to the start page with `pwa=blocked|ended|new|unavailable`.",
+            headers(
+                ("Location" = String, description = "The target."),
+                ("Set-Cookie" = String, description = "When renewed: the new `pwa_session` and `pwa_device`; when ended: their removal."),
+            )),
+    )
+)]
 async fn launch(
     State(state): State<ApprovalsState>,
     RawQuery(query): RawQuery,
@@ -313,12 +500,37 @@ async fn launch(
     }
 }
 
-#[derive(Deserialize)]
+/// The device's new name.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PwaRenameDevice)]
 struct RenameBody {
+    /// Trimmed, 1 to 80 characters.
+    #[schema(min_length = 1, max_length = 80)]
     name: String,
 }
 
+/// Rename this phone (phone)
+///
+/// Renames the device whose key the request carries. Needs the installation's own `Origin`.
+#[utoipa::path(
+    patch,
+    path = "/pwa/_auth/session",
+    tag = "pairing",
+    operation_id = "pwaRenameDevice",
+    params(("pwa_device" = Option<String>, Cookie, description = "The device key `<deviceId>.<secret>`.")),
+    request_body(content = RenameBody, content_type = "application/json",
+        description = "At most 8192 bytes; no other member."),
+    security(()),
+    responses(
+        (status = 204, description = "Renamed."),
+        (status = 400, description = "`INVALID_REQUEST`: not `{name}` with 1 to 80 characters after trimming (or over 8192 bytes).", body = ErrorBody),
+        (status = 401, description = "`UNPAIRED`: no, an unknown or a revoked device key.", body = ErrorBody),
+        (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
+        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "`1`."))),
+    )
+)]
 async fn rename(State(state): State<ApprovalsState>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let body: RenameBody = read_json(&headers, body, pwa::BODY_BYTES)
@@ -340,6 +552,25 @@ async fn rename(State(state): State<ApprovalsState>, headers: HeaderMap, body: B
     }
 }
 
+/// Unpair this phone (phone)
+///
+/// Revokes the device whose key the request carries (if it is valid) and always removes the
+/// three pairing cookies. Idempotent. Needs the installation's own `Origin`.
+#[utoipa::path(
+    delete,
+    path = "/pwa/_auth/session",
+    tag = "pairing",
+    operation_id = "pwaUnpair",
+    params(("pwa_device" = Option<String>, Cookie, description = "The device key `<deviceId>.<secret>`.")),
+    security(()),
+    responses(
+        (status = 204, description = "Unpaired (whatever the key was); the cookies are removed.",
+            headers(("Set-Cookie" = String, description = "The removal of `pwa_session`, `pwa_device` and `pwa_pairing`."))),
+        (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
+        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "`1`."))),
+    )
+)]
 async fn unpair(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {
     let core = &state.core;
     let facts = RequestFacts::from_headers(&headers);

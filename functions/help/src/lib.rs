@@ -21,7 +21,9 @@ use k2b_core::Core;
 use k2b_core::access::{app_credential, require_reader};
 use k2b_core::auth::Actor;
 use k2b_core::config::Needs;
+use k2b_core::help::compile::Corpus;
 use k2b_core::help::reader::HelpReader;
+use k2b_core::help::reader::{ListItem, Manifest, SearchItem};
 use k2b_core::help::store::{self, Published};
 use k2b_core::help::{
     HelpError, LIST_PAGE, MAX_SEARCH_LIMIT, parse_corpus, render_help_markdown, validate_corpus,
@@ -31,10 +33,12 @@ use k2b_core::http::body::{BodyError, read_limited};
 use k2b_core::http::etag::{if_none_match, sha256_etag};
 use k2b_core::http::headers::{no_store, request_id, set_no_store};
 use k2b_core::http::locale::request_locale;
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::routes::Routes;
 use k2b_core::lambda::Function;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa::OpenApi;
 
 /// The function: the database and `APP_SECRET` (sessions and the installation's locale).
 pub const FUNCTION: Function = Function {
@@ -47,6 +51,16 @@ pub const PUBLISH_SCOPE: &str = "registry:publish";
 /// The largest corpus accepted, in bytes of JSON: API Gateway base64-encodes the body (4/3), and
 /// a Lambda request is at most 6 MB.
 pub const MAX_CORPUS_BYTES: usize = 4 * 1024 * 1024;
+
+/// The function's part of the API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(paths(list, search_all, search, document, manifest, publish))]
+struct Api;
+
+/// The function's part of the API's OpenAPI document: every route of [`routes`].
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
+}
 
 /// The function's routes.
 pub fn routes(core: Core) -> Routes {
@@ -119,6 +133,32 @@ fn not_found(locale: &str) -> Response {
     personal(ApiError::new(StatusCode::NOT_FOUND, "HELP_NOT_FOUND", message).into_response())
 }
 
+/// The ids of an app's Help documents that match `q`
+///
+/// At most 25, best first: an exact id or title, then by full-text rank in each document's own
+/// language. An unknown app, one the viewer may not see, or an empty `q` gives no ids.
+#[utoipa::path(
+    get,
+    path = "/api/help/v1/{app_id}/search",
+    tag = "help",
+    operation_id = "helpSearchApp",
+    params(
+        ("app_id" = String, Path, description = "The app whose Help is searched."),
+        ("q" = Option<String>, Query, description = "The search text (trimmed, cut to 200 characters)."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The request locale (a BCP 47 tag); else the `cloud.locale` cookie, else `Accept-Language`, else the installation's `app.locale`, else `en`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The matching document ids.", body = HelpSearchIds,
+            headers(("Cache-Control" = String, description = "`no-store`: the answer depends on the viewer."))),
+        (status = 400, description = "A path parameter is not valid UTF-8.", content(
+            (ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope.", body = ErrorBody),
+        (status = 500, description = "The Help store failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now.", body = ErrorBody),
+    )
+)]
 async fn search(
     State(core): State<Core>,
     Extension(actor): Extension<Actor>,
@@ -133,7 +173,10 @@ async fn search(
             .search(q, Some(&app_id), Some(MAX_SEARCH_LIMIT))
             .await?;
         let ids: Vec<String> = hits.into_iter().map(|hit| hit.document_id).collect();
-        Ok::<_, HelpError>(json!({"locale": reader.locale(), "ids": ids}))
+        Ok::<_, HelpError>(HelpSearchIds {
+            ids,
+            locale: reader.locale().to_string(),
+        })
     };
     match result.await {
         Ok(body) => personal(Json(body).into_response()),
@@ -141,8 +184,52 @@ async fn search(
     }
 }
 
-/// Search across the Help of every app the viewer may see: `{locale, documents}`, each hit
-/// `{kind, appId, appName, locale, documentId, title, description?}`; `limit` 1–25 (default 10).
+/// `{ids, locale}`: the answer of an app's search.
+#[derive(Serialize, utoipa::ToSchema)]
+struct HelpSearchIds {
+    /// Document ids, best first (at most 25).
+    #[schema(max_items = 25)]
+    ids: Vec<String>,
+    /// The request locale.
+    locale: String,
+}
+
+/// `{documents, locale}`: the answer of a search across apps.
+#[derive(Serialize, utoipa::ToSchema)]
+struct HelpSearchResults {
+    /// The hits, best first (at most 25).
+    #[schema(max_items = 25)]
+    documents: Vec<SearchItem>,
+    /// The request locale.
+    locale: String,
+}
+
+/// Search the Help of every app the viewer may see
+///
+/// Each hit is `{kind, appId, appName, locale, documentId, title, description?}`, best first:
+/// an exact id or title, then by full-text rank in each document's own language. `limit` is
+/// clamped to 1–25 (default 10); an empty `q` finds nothing.
+#[utoipa::path(
+    get,
+    path = "/api/help/v1/search",
+    tag = "help",
+    operation_id = "helpSearch",
+    params(
+        ("q" = Option<String>, Query, description = "The search text (trimmed, cut to 200 characters)."),
+        ("limit" = Option<i64>, Query, description = "How many hits at most: a whole number, clamped to 1–25 (default 10)."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The request locale (a BCP 47 tag); else the `cloud.locale` cookie, else `Accept-Language`, else the installation's `app.locale`, else `en`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The hits.", body = HelpSearchResults,
+            headers(("Cache-Control" = String, description = "`no-store`: the answer depends on the viewer."))),
+        (status = 400, description = "`limit` is not a whole number.", body = ErrorBody),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope.", body = ErrorBody),
+        (status = 500, description = "The Help store failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now.", body = ErrorBody),
+    )
+)]
 async fn search_all(
     State(core): State<Core>,
     Extension(actor): Extension<Actor>,
@@ -161,7 +248,10 @@ async fn search_all(
         let reader = reader_for(&core, &actor, &headers, None).await?;
         let q = query.get("q").map(String::as_str).unwrap_or_default();
         let documents = reader.search(q, None, limit).await?;
-        Ok::<_, HelpError>(json!({"locale": reader.locale(), "documents": documents}))
+        Ok::<_, HelpError>(HelpSearchResults {
+            documents,
+            locale: reader.locale().to_string(),
+        })
     };
     match result.await {
         Ok(body) => personal(Json(body).into_response()),
@@ -169,15 +259,55 @@ async fn search_all(
     }
 }
 
-#[derive(Serialize)]
+/// One Help document with its body, as Markdown and as sanitised HTML.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = HelpDocument)]
 struct DocumentBody<'a> {
+    /// The locale of the version read (the first of the request's chain the app translates).
     locale: &'a str,
     id: &'a str,
     title: &'a str,
     markdown: &'a str,
+    /// The Markdown rendered for the document's locale and sanitised.
     html: String,
 }
 
+/// One Help document
+///
+/// The ETag covers the body, so `If-None-Match` revalidates it (304); the answer is private and
+/// revalidated on every use. A document the viewer may not see is not found.
+#[utoipa::path(
+    get,
+    path = "/api/help/v1/{app_id}/documents/{document_id}",
+    tag = "help",
+    operation_id = "helpGetDocument",
+    params(
+        ("app_id" = String, Path, description = "The app the document belongs to."),
+        ("document_id" = String, Path, description = "The document's id."),
+        ("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier answer: 304 when it still matches."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The request locale (a BCP 47 tag); else the `cloud.locale` cookie, else `Accept-Language`, else the installation's `app.locale`, else `en`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The document.", body = DocumentBody,
+            headers(
+                ("ETag" = String, description = "`\"` + the first 32 hex characters of SHA-256 over the body + `\"`."),
+                ("Cache-Control" = String, description = "`private, no-cache`."),
+            )),
+        (status = 304, description = "The document did not change since the ETag sent.",
+            headers(
+                ("ETag" = String, description = "The document's ETag."),
+                ("Cache-Control" = String, description = "`private, no-cache`."),
+            )),
+        (status = 400, description = "A path parameter is not valid UTF-8.", content(
+            (ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope.", body = ErrorBody),
+        (status = 404, description = "`HELP_NOT_FOUND`: no such document, or the viewer may not see the app (message in the request locale).", body = ErrorBody),
+        (status = 500, description = "The Help store failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now.", body = ErrorBody),
+    )
+)]
 async fn document(
     State(core): State<Core>,
     Extension(actor): Extension<Actor>,
@@ -237,6 +367,32 @@ async fn document(
     response
 }
 
+/// An app's Help documents without their bodies
+///
+/// With the advertised corpus hash, its page base and base locale, and each document's
+/// search and read URLs; documents by order, then title.
+#[utoipa::path(
+    get,
+    path = "/api/help/v1/{app_id}/manifest",
+    tag = "help",
+    operation_id = "helpGetManifest",
+    params(
+        ("app_id" = String, Path, description = "The app whose Help is listed."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The request locale (a BCP 47 tag); else the `cloud.locale` cookie, else `Accept-Language`, else the installation's `app.locale`, else `en`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The app's Help.", body = Manifest,
+            headers(("Cache-Control" = String, description = "`no-store`: the answer depends on the viewer."))),
+        (status = 400, description = "A path parameter is not valid UTF-8.", content(
+            (ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope.", body = ErrorBody),
+        (status = 404, description = "`HELP_NOT_FOUND`: the app has no published Help, or the viewer may not see it.", body = ErrorBody),
+        (status = 500, description = "The Help store failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now.", body = ErrorBody),
+    )
+)]
 async fn manifest(
     State(core): State<Core>,
     Extension(actor): Extension<Actor>,
@@ -255,6 +411,41 @@ async fn manifest(
     }
 }
 
+/// A page of every visible Help document's metadata: `{items, locale, nextCursor}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct HelpListPage {
+    /// At most 100 documents, in resource-URI order.
+    #[schema(max_items = 100)]
+    items: Vec<ListItem>,
+    /// The request locale.
+    locale: String,
+    /// The `cursor` of the next page (`cloud://help/<appId>/<documentId>`), or `null` on the
+    /// last page.
+    #[schema(required = true)]
+    next_cursor: Option<String>,
+}
+
+/// Every Help document the viewer may see, without bodies, 100 per page
+#[utoipa::path(
+    get,
+    path = "/api/help/v1",
+    tag = "help",
+    operation_id = "helpList",
+    params(
+        ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page; absent or empty for the first."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The request locale (a BCP 47 tag); else the `cloud.locale` cookie, else `Accept-Language`, else the installation's `app.locale`, else `en`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "A page of documents.", body = HelpListPage,
+            headers(("Cache-Control" = String, description = "`no-store`: the answer depends on the viewer."))),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope.", body = ErrorBody),
+        (status = 500, description = "The Help store failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now.", body = ErrorBody),
+    )
+)]
 async fn list(
     State(core): State<Core>,
     Extension(actor): Extension<Actor>,
@@ -267,11 +458,11 @@ async fn list(
         let mut items = reader.list(cursor).await?;
         let next_cursor = (items.len() > LIST_PAGE).then(|| items[LIST_PAGE - 1].uri());
         items.truncate(LIST_PAGE);
-        Ok::<_, HelpError>(json!({
-            "locale": reader.locale(),
-            "items": items,
-            "nextCursor": next_cursor,
-        }))
+        Ok::<_, HelpError>(HelpListPage {
+            items,
+            locale: reader.locale().to_string(),
+            next_cursor,
+        })
     };
     match result.await {
         Ok(body) => personal(Json(body).into_response()),
@@ -283,6 +474,48 @@ fn invalid_corpus(message: String) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "INVALID_CORPUS", message)
 }
 
+/// The answer of a publish: `{appId, documents?, manifestHash, published}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct HelpPublished<'a> {
+    app_id: &'a str,
+    /// The document rows stored (every locale), when the corpus was new.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    documents: Option<usize>,
+    manifest_hash: &'a str,
+    /// Whether this publish stored the corpus (`false`: it was stored already and only renewed).
+    published: bool,
+}
+
+/// Publish an app's Help corpus
+///
+/// With the app's own workload credential (scope `registry:publish`), before the app advertises
+/// the corpus's hash in its registry entry. A corpus stored already (same app and hash) is only
+/// renewed (200, `published: false`); a new one is checked and stored (201). The body is read
+/// as JSON whatever its content type, at most 4 MiB.
+#[utoipa::path(
+    put,
+    path = "/api/help/v1/{app_id}/corpus",
+    tag = "help",
+    operation_id = "helpPublishCorpus",
+    params(("app_id" = String, Path, description = "The publishing app: the app of the credential.")),
+    request_body(content = Corpus, content_type = "application/json",
+        description = "The compiled corpus, at most 4 194 304 bytes."),
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "The corpus was stored already: its lease is renewed.", body = HelpPublished,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 201, description = "The corpus is stored.", body = HelpPublished,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 400, description = "`INVALID_CORPUS`: not JSON, or a rule broken (the message names the document and field); `INVALID_REQUEST`: the body could not be read; or a path parameter is not valid UTF-8.", content(
+            (ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 401, description = "No valid app credential (`Authorization: Bearer cld_…` of an app's own account).", body = ErrorBody),
+        (status = 403, description = "The credential belongs to another app or lacks the `registry:publish` scope.", body = ErrorBody),
+        (status = 413, description = "The body exceeds 4 194 304 bytes.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked, or Help cannot be published right now.", body = ErrorBody),
+    )
+)]
 async fn publish(
     State(core): State<Core>,
     Path(app_id): Path<String>,
@@ -302,14 +535,12 @@ async fn publish(
     let mut corpus = parse_corpus(value).map_err(|error| invalid_corpus(error.to_string()))?;
     let manifest_hash = corpus.manifest_hash.clone();
     let answer = |status: StatusCode, published: bool, documents: Option<usize>| {
-        let mut body = json!({
-            "appId": app_id,
-            "manifestHash": manifest_hash,
-            "published": published,
-        });
-        if let Some(documents) = documents {
-            body["documents"] = json!(documents);
-        }
+        let body = HelpPublished {
+            app_id,
+            documents,
+            manifest_hash: &manifest_hash,
+            published,
+        };
         (status, Json(body)).into_response()
     };
     // An unchanged corpus only renews its lease: no checks, no document writes.
@@ -335,5 +566,53 @@ async fn publish(
             tracing::error!(app_id, error = %error, "help corpus not published");
             Err(ApiError::unavailable("Help cannot be published right now."))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document names exactly the routes of [`routes`] (building them needs a `Core`; the
+    /// shared drift test compares the table itself), each with an id, its security and the
+    /// `Error` body on every failure.
+    #[test]
+    fn the_document_lists_every_route_with_ids_and_error_bodies() {
+        let document = serde_json::to_value(openapi()).expect("json");
+        let mut operations = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                operations.push(format!("{} {path}", method.to_uppercase()));
+                assert!(operation["operationId"].is_string(), "{method} {path}");
+                assert!(operation["security"].is_array(), "{method} {path}");
+                assert_eq!(operation["tags"], serde_json::json!(["help"]));
+                let responses = operation["responses"].as_object().expect("responses");
+                assert!(
+                    responses.keys().any(|s| s.starts_with('4')),
+                    "{method} {path}"
+                );
+                for (status, response) in responses {
+                    if status.starts_with('4') || status.starts_with('5') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/Error",
+                            "{method} {path} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        operations.sort();
+        assert_eq!(
+            operations,
+            [
+                "GET /api/help/v1",
+                "GET /api/help/v1/search",
+                "GET /api/help/v1/{app_id}/documents/{document_id}",
+                "GET /api/help/v1/{app_id}/manifest",
+                "GET /api/help/v1/{app_id}/search",
+                "PUT /api/help/v1/{app_id}/corpus",
+            ]
+        );
     }
 }

@@ -14,22 +14,51 @@ use k2b_core::auth::{Actor, Role};
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::RequestId;
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::origin::origin_matches;
 use k2b_core::http::routes::Routes;
 use k2b_core::mail::accept;
-use k2b_core::mail::admin::{self as store, AccessInput, Retention};
-use k2b_core::mail::log::{self, LogQuery};
+use k2b_core::mail::admin::{
+    self as store, AccessBody, AccessInput, LogAccessBody, MailApp, MailApps, MessageContent,
+    Retention,
+};
+use k2b_core::mail::log::{self, AdminRecordPage, LogQuery};
 use k2b_core::mail::policy::{self, ProfileRow};
-use k2b_core::mail::profiles::{self, AdminActor, ProfileInput};
+use k2b_core::mail::profiles::{self, AdminActor, AdminProfile, ProfileInput, RawProfile};
+use k2b_core::mail::record::AdminRecord;
 use k2b_core::mail::validate::{self, MailStatus, PageParams};
 use k2b_core::mail::{MailCode, MailError, MailFault};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::url_pairs;
 
 /// Admin bodies are small JSON documents.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
+
+/// The administrators' part of the document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    get_retention,
+    put_retention,
+    list_messages,
+    get_message,
+    get_content,
+    cancel_message,
+    cancel_batch,
+    list_profiles,
+    get_profile,
+    put_profile,
+    delete_profile,
+    make_default,
+    test_profile,
+    list_apps,
+    put_access,
+    put_log_access,
+))]
+pub(crate) struct Api;
 
 pub(crate) fn routes() -> Routes<Core> {
     Routes::new()
@@ -88,8 +117,67 @@ fn admin_error(error: MailError, status: Option<StatusCode>) -> Response {
         .into_response()
 }
 
+/// The body of a test send: where to send it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = MailProfileTestInput)]
+struct TestInput {
+    /// A valid email address (surrounding whitespace trimmed).
+    #[schema(
+        pattern = r"^\s*[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*\s*$"
+    )]
+    recipient: String,
+}
+
+/// A test send went through.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MailProfileTestSent)]
+struct TestSent {
+    /// Always `true`.
+    #[schema(schema_with = always_true)]
+    ok: bool,
+}
+
+fn always_true() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Boolean)
+        .enum_values(Some([true]))
+        .build()
+}
+
+/// Send a test message through a profile
+///
 /// `{recipient}`: sends a test message through the profile now. The attempt is audited before
 /// it is made; a failure answers `smtp_failed` 502 with the server's redacted answer.
+#[utoipa::path(
+    post,
+    path = "/api/admin/core/outgoing-mail/profiles/{key}/test",
+    tag = "mail-admin",
+    operation_id = "mailAdminTestProfile",
+    params(
+        ("key" = String, Path, description = "The profile's key.",
+            pattern = "^[a-z0-9][a-z0-9-]{0,62}$"),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    request_body(content = TestInput, content_type = "application/json"),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The server accepted the test message.", body = TestSent),
+        (status = 400, description = "`invalid_profile`: not a profile key; `bad_input`: not \
+            JSON, over 64 KiB, or not `{recipient}` with a valid address.", body = ErrorBody),
+        (status = 404, description = "`profile_unknown`: no profile has this key.", body = ErrorBody),
+        (status = 502, description = "`smtp_failed`: the server refused or could not be \
+            reached (its redacted answer is the message).", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn test_profile(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -99,20 +187,19 @@ async fn test_profile(
 ) -> Result<Response, AdminError> {
     let key = profile_key(&key)?;
     let value = body_json(&headers, body, MailCode::BadInput).await?;
-    let recipient = match value.as_object() {
-        Some(object) if object.len() == 1 => object.get("recipient").and_then(Value::as_str),
-        _ => None,
-    }
-    .map(str::trim)
-    .filter(|r| validate::is_valid_address(r))
-    .ok_or_else(|| bad("recipient: a valid email address"))?;
+    let input: Option<TestInput> = serde_json::from_value(value).ok();
+    let recipient = input
+        .as_ref()
+        .map(|input| input.recipient.trim())
+        .filter(|r| validate::is_valid_address(r))
+        .ok_or_else(|| bad("recipient: a valid email address"))?;
     profiles::get(&core.pool, key)
         .await?
         .ok_or_else(unknown_profile)
         .map_err(path_profile)?;
     profiles::audit_test(&core.pool, key, &admin).await?;
     core.mail_delivery.test_send(key, recipient).await?;
-    Ok(Json(json!({"ok": true})).into_response())
+    Ok(Json(TestSent { ok: true }).into_response())
 }
 
 /// The administrator behind the request: 401 anonymous, 403 anyone but an administrator's own
@@ -222,13 +309,60 @@ fn unknown_message() -> MailError {
     MailError::fault(MailCode::MessageUnknown, "Unknown outgoing mail message.")
 }
 
+/// Read the retention
+///
+/// How long message content and message records are kept.
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/retention",
+    tag = "mail-admin",
+    operation_id = "mailAdminGetRetention",
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The retention.", body = Retention),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn get_retention(
     State(core): State<Core>,
     _admin: Administrator,
 ) -> Result<Response, AdminError> {
-    Ok(Json(store::retention(&core.settings).await?.to_json()).into_response())
+    Ok(Json(store::retention(&core.settings).await?).into_response())
 }
 
+/// Change the retention
+///
+/// Both values at once; the change is audited with the old and new values.
+#[utoipa::path(
+    put,
+    path = "/api/admin/core/outgoing-mail/retention",
+    tag = "mail-admin",
+    operation_id = "mailAdminPutRetention",
+    params(
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    request_body(content = Retention, content_type = "application/json"),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The retention now.", body = Retention),
+        (status = 400, description = "`bad_input`: not JSON, over 64 KiB, or not \
+            `{contentDays, recordDays}` of 1–36500 days with `recordDays` ≥ `contentDays`.",
+            body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn put_retention(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -238,7 +372,7 @@ async fn put_retention(
     let value = body_json(&headers, body, MailCode::BadInput).await?;
     let retention = Retention::parse(&value)?;
     let stored = store::set_retention(&core.pool, &core.settings, retention, &admin).await?;
-    Ok(Json(stored.to_json()).into_response())
+    Ok(Json(stored).into_response())
 }
 
 /// `app, profile, status` (comma or repeated), `since, ref=scope[:id], recipient, cursor,
@@ -315,6 +449,51 @@ fn admin_query(query: Option<&str>) -> Result<(LogQuery, PageParams), MailError>
     Ok((log, page))
 }
 
+/// List messages
+///
+/// Every app's messages, newest first (never their text). Parameters other than these are
+/// refused, and each but `status` may be given once.
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/messages",
+    tag = "mail-admin",
+    operation_id = "mailAdminListMessages",
+    params(
+        ("app" = Option<String>, Query, description = "Only this app's messages.",
+            min_length = 1, max_length = 200),
+        ("profile" = Option<String>, Query, description = "Only messages of this profile (a key).",
+            pattern = "^[a-z0-9][a-z0-9-]{0,62}$"),
+        ("status" = inline(Option<Vec<MailStatus>>), Query, style = Form, explode,
+            description = "Only messages in these states, repeated or comma-separated."),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query,
+            description = "Only messages created at or after this time (RFC 3339 with an \
+                offset)."),
+        ("ref" = Option<String>, Query,
+            description = "The sending app's reference: `scope` or `scope:id`, the scope 1–200 \
+                characters without `:`.",
+            pattern = r"^[^:]{1,200}(?::[\s\S]*)?$"),
+        ("recipient" = Option<String>, Query,
+            description = "Only messages to an address containing this text (ignoring case): \
+                1–320 characters once trimmed.",
+            min_length = 1),
+        ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page.",
+            max_length = 1024),
+        ("limit" = Option<i64>, Query, description = "Records per page (default 50).",
+            minimum = 1, maximum = 100),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "One page of records.", body = AdminRecordPage),
+        (status = 400, description = "`bad_input`: an unknown, repeated or invalid parameter, \
+            an invalid cursor, or a search that took too long.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn list_messages(
     State(core): State<Core>,
     _admin: Administrator,
@@ -322,9 +501,31 @@ async fn list_messages(
 ) -> Result<Response, AdminError> {
     let (query, page) = admin_query(query.as_deref())?;
     let found = log::run(&core.pool, &query, &page).await?;
-    Ok(Json(found.to_json(|row| row.for_admin())).into_response())
+    Ok(Json(found.for_admin()).into_response())
 }
 
+/// Read a message's record
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/messages/{id}",
+    tag = "mail-admin",
+    operation_id = "mailAdminGetMessage",
+    params(
+        ("id" = Uuid, Path, description = "The message's id."),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The record.", body = AdminRecord),
+        (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
+        (status = 404, description = "`message_unknown`.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn get_message(
     State(core): State<Core>,
     _admin: Administrator,
@@ -337,6 +538,30 @@ async fn get_message(
     Ok(Json(row.for_admin()).into_response())
 }
 
+/// Read a message's content
+///
+/// Its text, HTML and custom headers, unless retention purged them. The read is audited.
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/messages/{id}/content",
+    tag = "mail-admin",
+    operation_id = "mailAdminGetMessageContent",
+    params(
+        ("id" = Uuid, Path, description = "The message's id."),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The content, or when it was purged.", body = MessageContent),
+        (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
+        (status = 404, description = "`message_unknown`.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn get_content(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -346,6 +571,35 @@ async fn get_content(
     Ok(Json(store::content(&core.pool, id, &admin).await?).into_response())
 }
 
+/// Cancel a queued message
+///
+/// Only a queued message can be cancelled (`cancelled_by_admin`); its attachments are deleted.
+#[utoipa::path(
+    post,
+    path = "/api/admin/core/outgoing-mail/messages/{id}/cancel",
+    tag = "mail-admin",
+    operation_id = "mailAdminCancelMessage",
+    params(
+        ("id" = Uuid, Path, description = "The message's id."),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The cancelled message's record.", body = AdminRecord),
+        (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
+        (status = 404, description = "`message_unknown`.", body = ErrorBody),
+        (status = 409, description = "`message_not_queued`: it is no longer queued.",
+            body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn cancel_message(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -360,6 +614,43 @@ async fn cancel_message(
     Ok(Json(row.for_admin()).into_response())
 }
 
+/// How many messages of a batch were cancelled.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailBatchCancelled)]
+struct BatchCancelled {
+    batch_id: Uuid,
+    /// The batch's messages that were still queued.
+    cancelled: u64,
+}
+
+/// Cancel a batch's queued messages
+///
+/// Messages that are no longer queued stay as they are.
+#[utoipa::path(
+    post,
+    path = "/api/admin/core/outgoing-mail/batches/{batch_id}/cancel",
+    tag = "mail-admin",
+    operation_id = "mailAdminCancelBatch",
+    params(
+        ("batch_id" = Uuid, Path, description = "The batch's id."),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "How many were cancelled.", body = BatchCancelled),
+        (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
+        (status = 404, description = "`batch_unknown`.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn cancel_batch(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -368,26 +659,54 @@ async fn cancel_batch(
     let batch_id: Uuid = batch_id.parse().map_err(|_| bad("batchId: a UUID"))?;
     let objects = core.mail_objects.store().await;
     let cancelled = store::cancel_batch(&core.pool, objects, batch_id, &admin).await?;
-    Ok(Json(json!({"batchId": batch_id, "cancelled": cancelled})).into_response())
+    Ok(Json(BatchCancelled {
+        batch_id,
+        cancelled,
+    })
+    .into_response())
 }
 
+/// Every profile: the default first, then by name and key.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MailAdminProfiles)]
+struct AdminProfiles {
+    items: Vec<AdminProfile>,
+}
+
+/// List profiles
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/profiles",
+    tag = "mail-admin",
+    operation_id = "mailAdminListProfiles",
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The profiles.", body = AdminProfiles),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn list_profiles(
     State(core): State<Core>,
     _admin: Administrator,
 ) -> Result<Response, AdminError> {
     let counts = profiles::app_counts(&core.pool).await?;
-    let items: Vec<Value> = policy::all_profiles(&core.pool)
+    let items: Vec<AdminProfile> = policy::all_profiles(&core.pool)
         .await?
         .iter()
-        .map(|p| profiles::admin_json(p, counts.get(&p.id).copied().unwrap_or(0)))
+        .map(|p| profiles::admin_view(p, counts.get(&p.id).copied().unwrap_or(0)))
         .collect();
-    Ok(Json(json!({ "items": items })).into_response())
+    Ok(Json(AdminProfiles { items }).into_response())
 }
 
 /// One profile as administrators read it.
-async fn profile_json(core: &Core, profile: &ProfileRow) -> Result<Value, MailError> {
+async fn profile_view(core: &Core, profile: &ProfileRow) -> Result<AdminProfile, MailError> {
     let counts = profiles::app_counts(&core.pool).await?;
-    Ok(profiles::admin_json(
+    Ok(profiles::admin_view(
         profile,
         counts.get(&profile.id).copied().unwrap_or(0),
     ))
@@ -397,6 +716,29 @@ fn unknown_profile() -> MailError {
     MailError::fault(MailCode::ProfileUnknown, "Unknown outgoing mail profile.")
 }
 
+/// Read a profile
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/profiles/{key}",
+    tag = "mail-admin",
+    operation_id = "mailAdminGetProfile",
+    params(
+        ("key" = String, Path, description = "The profile's key.",
+            pattern = "^[a-z0-9][a-z0-9-]{0,62}$"),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The profile.", body = AdminProfile),
+        (status = 400, description = "`invalid_profile`: not a profile key.", body = ErrorBody),
+        (status = 404, description = "`profile_unknown`.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn get_profile(
     State(core): State<Core>,
     _admin: Administrator,
@@ -406,9 +748,43 @@ async fn get_profile(
         .await?
         .ok_or_else(unknown_profile)
         .map_err(path_profile)?;
-    Ok(Json(profile_json(&core, &profile).await?).into_response())
+    Ok(Json(profile_view(&core, &profile).await?).into_response())
 }
 
+/// Create or replace a profile
+///
+/// Creates the profile (the first one becomes the default), or replaces it at its current
+/// `revision`. The change is audited.
+#[utoipa::path(
+    put,
+    path = "/api/admin/core/outgoing-mail/profiles/{key}",
+    tag = "mail-admin",
+    operation_id = "mailAdminPutProfile",
+    params(
+        ("key" = String, Path, description = "The profile's key.",
+            pattern = "^[a-z0-9][a-z0-9-]{0,62}$"),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    request_body(content = RawProfile, content_type = "application/json"),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "Replaced.", body = AdminProfile),
+        (status = 201, description = "Created.", body = AdminProfile),
+        (status = 400, description = "`invalid_profile`: not a profile key, not JSON, over \
+            64 KiB, or an invalid field (the message names it), or a new host without the \
+            password.", body = ErrorBody),
+        (status = 409, description = "`profile_exists` (no `revision` for an existing \
+            profile) or `revision_conflict` (stale or deleted meanwhile).", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn put_profile(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -424,9 +800,39 @@ async fn put_profile(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(profile_json(&core, &profile).await?)).into_response())
+    Ok((status, Json(profile_view(&core, &profile).await?)).into_response())
 }
 
+/// Delete a profile
+///
+/// Its queued messages are cancelled by delivery (`profile_removed`).
+#[utoipa::path(
+    delete,
+    path = "/api/admin/core/outgoing-mail/profiles/{key}",
+    tag = "mail-admin",
+    operation_id = "mailAdminDeleteProfile",
+    params(
+        ("key" = String, Path, description = "The profile's key.",
+            pattern = "^[a-z0-9][a-z0-9-]{0,62}$"),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 400, description = "`invalid_profile`: not a profile key.", body = ErrorBody),
+        (status = 404, description = "`profile_unknown`.", body = ErrorBody),
+        (status = 409, description = "`profile_is_default`: make another profile the default \
+            first.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn delete_profile(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -438,6 +844,32 @@ async fn delete_profile(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// Make a profile the default
+#[utoipa::path(
+    post,
+    path = "/api/admin/core/outgoing-mail/profiles/{key}/default",
+    tag = "mail-admin",
+    operation_id = "mailAdminMakeDefaultProfile",
+    params(
+        ("key" = String, Path, description = "The profile's key.",
+            pattern = "^[a-z0-9][a-z0-9-]{0,62}$"),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The profile, now the default.", body = AdminProfile),
+        (status = 400, description = "`invalid_profile`: not a profile key.", body = ErrorBody),
+        (status = 404, description = "`profile_unknown`.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn make_default(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -446,9 +878,28 @@ async fn make_default(
     let profile = profiles::make_default(&core.pool, profile_key(&key)?, &admin)
         .await
         .map_err(path_profile)?;
-    Ok(Json(profile_json(&core, &profile).await?).into_response())
+    Ok(Json(profile_view(&core, &profile).await?).into_response())
 }
 
+/// List apps
+///
+/// Registered apps, Core, and every app holding a profile policy or a log grant.
+#[utoipa::path(
+    get,
+    path = "/api/admin/core/outgoing-mail/apps",
+    tag = "mail-admin",
+    operation_id = "mailAdminListApps",
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The apps and the default profile.", body = MailApps),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication is unavailable right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn list_apps(
     State(core): State<Core>,
     _admin: Administrator,
@@ -456,6 +907,37 @@ async fn list_apps(
     Ok(Json(store::admin_apps(&core.pool).await?).into_response())
 }
 
+/// Set an app's profile access
+///
+/// `{mode: "default"}` (only the current default profile) or `{mode: "selected", profiles}`
+/// (exactly those). Core's access cannot change. The change is audited.
+#[utoipa::path(
+    put,
+    path = "/api/admin/core/outgoing-mail/apps/{app_id}",
+    tag = "mail-admin",
+    operation_id = "mailAdminPutAppAccess",
+    params(
+        ("app_id" = String, Path, description = "The app's id: 1–200 characters, not `core`.",
+            max_length = 200, pattern = "^(?!core$)"),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    request_body(content = AccessBody, content_type = "application/json"),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The app now.", body = MailApp),
+        (status = 400, description = "`invalid_profile`: not JSON, over 64 KiB, an invalid \
+            body, or Core's or an invalid app id; `profile_unknown`: a named profile does not \
+            exist.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn put_access(
     State(core): State<Core>,
     Administrator(admin): Administrator,
@@ -469,6 +951,37 @@ async fn put_access(
     Ok(Json(app).into_response())
 }
 
+/// Set which logs an app may read
+///
+/// Replaces the apps whose mail logs the app may read (with `mail:read`). The change is
+/// audited.
+#[utoipa::path(
+    put,
+    path = "/api/admin/core/outgoing-mail/apps/{app_id}/log-access",
+    tag = "mail-admin",
+    operation_id = "mailAdminPutLogAccess",
+    params(
+        ("app_id" = String, Path, description = "The reading app's id: 1–200 characters, \
+            not `core`.", max_length = 200, pattern = "^(?!core$)"),
+        ("Origin" = String, Header, description = "The installation's own origin: changes \
+            made with the session cookie must come from its pages."),
+    ),
+    request_body(content = LogAccessBody, content_type = "application/json"),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The app now.", body = MailApp),
+        (status = 400, description = "`bad_input`: not JSON, over 64 KiB, an invalid body, an \
+            app that cannot be granted (empty, `core`, the reader itself), or Core's or an \
+            invalid app id.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "Not an administrator's own web session (app sessions, \
+            OAuth tokens and app credentials are refused), or the `Origin` is not the \
+            installation's own.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Authentication or the installation's origin cannot be \
+            read right now, or the request ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn put_log_access(
     State(core): State<Core>,
     Administrator(admin): Administrator,

@@ -13,15 +13,19 @@ use k2b_core::Core;
 use k2b_core::access::calling_app;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::RequestId;
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::routes::Routes;
-use k2b_core::mail::accept::{self, MailContext, Refused};
-use k2b_core::mail::attachments::{self, pending_upload};
+use k2b_core::mail::accept::{self, Enqueued, MailContext, Refused};
+use k2b_core::mail::attachments::{self, Upload, pending_upload};
+use k2b_core::mail::log::AppRecordPage;
 use k2b_core::mail::objects::ObjectStore;
-use k2b_core::mail::policy::{self, Caller};
-use k2b_core::mail::record::MessageRow;
-use k2b_core::mail::validate::{self, INVALID_FILTER};
+use k2b_core::mail::policy::{self, Caller, UsableProfile};
+use k2b_core::mail::record::{AppRecord, MessageRow};
+use k2b_core::mail::validate::{self, INVALID_FILTER, MailBatch, MailStatus, RawMessage};
 use k2b_core::mail::{MailCode, MailError, MailFault, log, settle};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app_error;
@@ -37,6 +41,11 @@ pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
 pub const SEND_WAIT: Duration = Duration::from_secs(15);
 /// How often `send` looks at the message while it waits.
 pub const SEND_POLL: Duration = Duration::from_secs(2);
+
+/// The app API's part of the document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(send, enqueue, list, readable_apps, profiles, create_upload, upload))]
+pub(crate) struct Api;
 
 pub(crate) fn routes() -> Routes<Core> {
     Routes::new()
@@ -155,6 +164,46 @@ fn preferred_wait(headers: &HeaderMap) -> Duration {
         .unwrap_or(SEND_WAIT)
 }
 
+/// Send one message now
+///
+/// Accepts one message on the immediate lane and waits for its delivery (at most 15 s, or
+/// what `Prefer: wait=N` asks), then answers its record: `sent`, `failed`, or still `queued`
+/// or `sending` when delivery takes longer (it goes on). A known `key` answers its message as
+/// it is. Needs `mail:send` in the app's `platformPermissions`.
+#[utoipa::path(
+    post,
+    path = "/api/mail/v1/send",
+    tag = "mail",
+    operation_id = "mailSend",
+    params(
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 `wait=N`: wait at most N \
+            seconds for delivery (at most 15; `wait=0` answers the queued record at once).",
+            example = "wait=5"),
+    ),
+    request_body(
+        content = RawMessage,
+        content_type = "application/json",
+        description = "The message: a JSON body of at most 4 MiB (larger attachments go \
+            through an upload)."
+    ),
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "The message's record, as delivery left it.", body = AppRecord),
+        (status = 400, description = "`bad_input` (not JSON, over 4 MiB, an invalid message, an \
+            unknown or used upload), `profile_unknown`, `profile_required`, \
+            `profile_not_allowed`, `quota_exceeded` (with `limit`, `used`, `requested`), \
+            `attachments_too_large` or `attachment_storage_full`.", body = ErrorBody),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope, or the app does not declare `mail:send` (`mail_not_declared`).",
+            body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: no profile is configured, storage \
+            failed, or the outcome of the acceptance could not be determined (retry with the \
+            same key).", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn send(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
@@ -195,6 +244,41 @@ async fn send(
     Ok(Json(row.for_app(&caller.app_id)).into_response())
 }
 
+/// Enqueue a batch
+///
+/// Accepts 1–1000 messages on the bulk lane, all or none, and answers at once; the profile's
+/// pace sends them. Items whose `key` is known keep their messages. Needs `mail:send`.
+#[utoipa::path(
+    post,
+    path = "/api/mail/v1/enqueue",
+    tag = "mail",
+    operation_id = "mailEnqueue",
+    request_body(
+        content = MailBatch,
+        content_type = "application/json",
+        description = "The messages: a JSON array of at most 4 MiB."
+    ),
+    security(("appCredential" = [])),
+    responses(
+        (status = 202, description = "Accepted: the batch and each message's id, in input \
+            order.", body = Enqueued),
+        (status = 400, description = "`bad_input` (not JSON, over 4 MiB, an invalid batch), \
+            `profile_unknown`, `profile_required`, `profile_not_allowed`, `quota_exceeded` \
+            (with `limit`, `used`, `requested`), `attachments_too_large` or \
+            `attachment_storage_full`.", body = ErrorBody),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope, or the app does not declare `mail:send` (`mail_not_declared`).",
+            body = ErrorBody),
+        (status = 409, description = "`backlog_full`: a profile's bulk backlog would pass a \
+            day of its pace.", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: no profile is configured, storage \
+            failed, or the outcome could not be determined (retry with the same keys).",
+            body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn enqueue(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
@@ -262,6 +346,72 @@ pub(crate) fn url_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// List mail log records
+///
+/// The app's own records, newest first, and with `apps` those of apps that granted it their
+/// log (needs `mail:read`). Every given filter narrows the result. Parameters other than these
+/// are refused, and each of `batchId`, `since`, `until`, `q`, `recipient`, `page`, `perPage`
+/// and `cursor` may be given once. Needs `mail:send` or `mail:read`.
+#[utoipa::path(
+    get,
+    path = "/api/mail/v1/messages",
+    tag = "mail",
+    operation_id = "mailListMessages",
+    params(
+        ("apps" = Option<BTreeSet<String>>, Query, style = Form, explode,
+            description = "The apps whose records to list (default: the caller's own): 1–101 \
+                distinct app ids, repeated or comma-separated. Another app than the caller \
+                needs `mail:read` and its grant.",
+            max_items = 101, min_length = 1, pattern = "^[^,]*$"),
+        ("ids" = Option<Vec<Uuid>>, Query, style = Form, explode,
+            description = "Only these messages: 1–100 ids, repeated or comma-separated.",
+            max_items = 100),
+        ("batchId" = Option<Uuid>, Query, description = "Only the messages of this batch."),
+        ("status" = inline(Option<Vec<MailStatus>>), Query, style = Form, explode,
+            description = "Only messages in these states: 1–6 states, repeated or \
+                comma-separated.",
+            max_items = 6),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query,
+            description = "Only messages created at or after this time (RFC 3339 with an \
+                offset)."),
+        ("until" = Option<chrono::DateTime<chrono::Utc>>, Query,
+            description = "Only messages created before this time (RFC 3339 with an offset)."),
+        ("q" = Option<String>, Query,
+            description = "A search term found in the subject or an address (case-insensitive, \
+                wildcards literal): no control characters, at most 200 characters once trimmed, \
+                with three letters or digits in a row.",
+            min_length = 3, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"),
+        ("recipient" = Option<String>, Query,
+            description = "Only messages to this address (whole address, ignoring case; \
+                surrounding whitespace trimmed).",
+            pattern = r"^\s*[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*\s*$"),
+        ("ref" = Option<String>, Query,
+            description = "The app's reference: `scope` or `scope:id`, each part 1–200 \
+                characters without NUL (the scope without `:`).",
+            pattern = r"^[^:\u0000]{1,200}(?::[^\u0000]{1,200})?$"),
+        ("page" = Option<i64>, Query,
+            description = "The page (1-based; default 1), when no cursor is given.",
+            minimum = 1, maximum = 9007199254740991.0),
+        ("perPage" = Option<i64>, Query, description = "Records per page (default 50).",
+            minimum = 1, maximum = 100),
+        ("cursor" = Option<String>, Query,
+            description = "The `nextCursor` of the previous page.", max_length = 1024),
+    ),
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "One page of records.", body = AppRecordPage),
+        (status = 400, description = "`bad_input`: an unknown, repeated or invalid parameter, \
+            an invalid cursor, or a search that took too long.", body = ErrorBody),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope; the app declares neither `mail:send` nor `mail:read`, or names other \
+            apps without `mail:read` (`mail_not_declared`); or it names an app whose log it \
+            was not granted (`app_not_allowed`).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn list(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
@@ -272,27 +422,122 @@ async fn list(
     let filter = validate::parse_filter(&filter)?;
     let page = validate::parse_page(&page)?;
     let page = log::list(&core.pool, &caller, filter, page).await?;
-    Ok(Json(page.to_json(|row| row.for_app(&caller.app_id))).into_response())
+    Ok(Json(page.for_app(&caller.app_id)).into_response())
 }
 
+/// The apps whose mail logs the app may read: itself first, then (only with `mail:read`) the
+/// apps that granted it their log, sorted.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MailReadableApps)]
+struct ReadableApps {
+    apps: Vec<String>,
+}
+
+/// List readable apps
+///
+/// The app itself, then the apps whose logs it may read (only with `mail:read`). Needs
+/// `mail:send` or `mail:read`.
+#[utoipa::path(
+    get,
+    path = "/api/mail/v1/readable-apps",
+    tag = "mail",
+    operation_id = "mailReadableApps",
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "The readable apps.", body = ReadableApps),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope, or the app declares neither `mail:send` nor `mail:read` \
+            (`mail_not_declared`).", body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn readable_apps(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
 ) -> Result<Response, AppError> {
     let apps = log::readable_apps(&core.pool, &caller).await?;
-    Ok(Json(json!({ "apps": apps })).into_response())
+    Ok(Json(ReadableApps { apps }).into_response())
 }
 
+/// The profiles an app may send with: the default first, then by name and key.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MailUsableProfiles)]
+struct UsableProfiles {
+    items: Vec<UsableProfile>,
+}
+
+/// List usable profiles
+///
+/// The profiles the app may send with, with its quota on each. Needs `mail:send`.
+#[utoipa::path(
+    get,
+    path = "/api/mail/v1/profiles",
+    tag = "mail",
+    operation_id = "mailUsableProfiles",
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "The usable profiles.", body = UsableProfiles),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope, or the app does not declare `mail:send` (`mail_not_declared`).",
+            body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn profiles(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
 ) -> Result<Response, AppError> {
     caller.require_send()?;
     let items = policy::usable_profiles(&core.pool, &caller.app_id).await?;
-    Ok(Json(json!({ "items": items })).into_response())
+    Ok(Json(UsableProfiles { items }).into_response())
 }
 
-/// `POST /uploads {size, contentType}`: room for one attachment the app uploads itself.
+/// The body of `POST /uploads`: the attachment's size and content type.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = MailUploadRequest)]
+struct UploadRequest {
+    /// The attachment's exact size in bytes: at most 25 MiB (`attachments_too_large`).
+    #[schema(maximum = 26214400)]
+    size: u64,
+    /// 1–998 bytes on one line (no CR, LF or NUL).
+    #[schema(min_length = 1, max_length = 998, pattern = r"^[^\r\n\u0000]*$")]
+    content_type: String,
+}
+
+/// Create an upload
+///
+/// `{size, contentType}`: room for one attachment the app uploads itself, then names in a
+/// message's `attachments[].upload` within an hour. The answer says where to `PUT` the bytes:
+/// a presigned object store URL, or locally `PUT /api/mail/v1/uploads/{id}`. Needs
+/// `mail:send`.
+#[utoipa::path(
+    post,
+    path = "/api/mail/v1/uploads",
+    tag = "mail",
+    operation_id = "mailCreateUpload",
+    request_body(content = UploadRequest, content_type = "application/json"),
+    security(("appCredential" = [])),
+    responses(
+        (status = 201, description = "The upload and where to send its bytes.", body = Upload),
+        (status = 400, description = "`bad_input` (not JSON, not `{size, contentType}`), \
+            `attachments_too_large` (over 25 MiB) or `attachment_storage_full`.",
+            body = ErrorBody),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope, or the app does not declare `mail:send` (`mail_not_declared`).",
+            body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn create_upload(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
@@ -307,34 +552,68 @@ async fn create_upload(
             "Provide {size, contentType}: a size in bytes and a content type.",
         )
     };
-    let object = value.as_object().ok_or_else(invalid)?;
-    if object.keys().any(|k| k != "size" && k != "contentType") {
+    let UploadRequest { size, content_type } =
+        serde_json::from_value(value).map_err(|_| invalid())?;
+    if content_type.is_empty()
+        || content_type.len() > 998
+        || content_type.contains(['\r', '\n', '\0'])
+    {
         return Err(invalid().into());
     }
-    let size = object
-        .get("size")
-        .and_then(Value::as_u64)
-        .ok_or_else(invalid)?;
-    let content_type = object
-        .get("contentType")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty() && t.len() <= 998 && !t.contains(['\r', '\n', '\0']))
-        .ok_or_else(invalid)?;
     let objects = core.mail_objects.store().await;
     let upload = attachments::create_upload(
         &core.pool,
         objects,
         &caller.app_id,
         size,
-        content_type,
+        &content_type,
         |id| format!("/api/mail/v1/uploads/{id}"),
     )
     .await?;
     Ok((StatusCode::CREATED, Json(upload)).into_response())
 }
 
-/// `PUT /uploads/{id}`: the body of an upload, for stores that take no presigned upload (the
-/// local folder). At most the reserved size is read.
+/// What an upload stored.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MailUploadStored)]
+struct UploadStored {
+    /// Bytes.
+    size: u64,
+    /// The SHA-256 of the bytes, lowercase hex.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    sha256: String,
+}
+
+/// Upload an attachment's bytes
+///
+/// The bytes of an upload, for stores that take no presigned upload (the local folder): at
+/// most the reserved size. Needs `mail:send`.
+#[utoipa::path(
+    put,
+    path = "/api/mail/v1/uploads/{id}",
+    tag = "mail",
+    operation_id = "mailUpload",
+    params(("id" = String, Path, description = "The upload's id (a UUID).")),
+    request_body(
+        content(("application/octet-stream")),
+        description = "The attachment's bytes, at most the upload's `maxBytes` (the content \
+            type is not checked)."
+    ),
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "Stored.", body = UploadStored),
+        (status = 400, description = "`bad_input`: no pending upload of the app has this id \
+            (not a UUID, unknown, older than an hour, or used); `attachments_too_large`: more \
+            bytes than reserved.", body = ErrorBody),
+        (status = 401, description = "No valid app credential.", body = ErrorBody),
+        (status = 403, description = "The credential may not act for the app or lacks the \
+            `mail` scope, or the app does not declare `mail:send` (`mail_not_declared`).",
+            body = ErrorBody),
+        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now, or the request \
+            ran past its time budget.", body = ErrorBody),
+    )
+)]
 async fn upload(
     State(core): State<Core>,
     CallingApp(caller): CallingApp,
@@ -356,7 +635,11 @@ async fn upload(
     let key = ObjectStore::key_for(&caller.app_id, id);
     let stream = body.into_data_stream().map_err(|e| e.to_string());
     let stored = objects.put_stream(&key, Box::pin(stream), size).await?;
-    Ok(Json(json!({"size": stored.size, "sha256": stored.sha256})).into_response())
+    Ok(Json(UploadStored {
+        size: stored.size,
+        sha256: stored.sha256,
+    })
+    .into_response())
 }
 
 #[cfg(test)]

@@ -39,6 +39,15 @@ pub fn routes(core: Core) -> Routes {
         .with_state(core)
 }
 
+/// The function's part of the API's OpenAPI document: the apps' mail API (`mail`) and its
+/// administration (`mail-admin`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi;
+    let mut document = app::Api::openapi();
+    document.merge(admin::Api::openapi());
+    document
+}
+
 /// The routes as the front door serves them.
 pub fn router(core: Core) -> Router {
     k2b_core::lambda::front_door(routes(core))
@@ -52,4 +61,89 @@ pub(crate) fn app_error(error: MailError) -> Response {
     }
     let fault = error.to_fault();
     (fault.status(), Json(fault.body())).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use k2b_core::http::openapi::methods_of;
+
+    use super::*;
+
+    #[test]
+    fn the_document_lists_exactly_the_routes() {
+        let table = app::routes().merge(admin::routes());
+        let routes: BTreeSet<(String, String)> = table
+            .table()
+            .iter()
+            .map(|r| (r.method.as_str().to_lowercase(), r.path.to_string()))
+            .collect();
+        let document = openapi();
+        let documented: BTreeSet<(String, String)> = document
+            .paths
+            .paths
+            .iter()
+            .flat_map(|(path, item)| {
+                methods_of(item)
+                    .into_iter()
+                    .map(move |method| (method.to_string(), path.clone()))
+            })
+            .collect();
+        assert_eq!(documented, routes);
+        assert_eq!(routes.len(), 23);
+    }
+
+    #[test]
+    fn every_operation_is_named_tagged_secured_and_answers_errors_with_the_error_body() {
+        let json = serde_json::to_value(openapi()).expect("the document serialises");
+        let mut ids = BTreeSet::new();
+        let paths = json["paths"].as_object().expect("paths");
+        for (path, item) in paths {
+            let methods = ["get", "put", "post", "delete", "options", "head", "patch"];
+            for (method, operation) in methods
+                .iter()
+                .filter_map(|method| Some((method, item.get(method)?)))
+            {
+                let name = format!("{method} {path}");
+                let id = operation["operationId"].as_str().expect("operationId");
+                assert!(id.starts_with("mail"), "{name}: {id}");
+                assert!(ids.insert(id.to_string()), "{name}: {id} twice");
+                let tag = if path.starts_with("/api/mail/v1/") {
+                    "mail"
+                } else {
+                    "mail-admin"
+                };
+                assert_eq!(operation["tags"], serde_json::json!([tag]), "{name}");
+                let scheme = if tag == "mail" {
+                    "appCredential"
+                } else {
+                    "session"
+                };
+                assert_eq!(
+                    operation["security"],
+                    serde_json::json!([{ scheme: [] }]),
+                    "{name}"
+                );
+                let responses = operation["responses"].as_object().expect("responses");
+                assert!(responses.contains_key("401"), "{name}");
+                assert!(responses.contains_key("403"), "{name}");
+                for (status, response) in responses {
+                    if status.starts_with('2') {
+                        continue;
+                    }
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/Error",
+                        "{name} {status}"
+                    );
+                }
+            }
+        }
+        assert_eq!(ids.len(), 23);
+        let schemas = json["components"]["schemas"].as_object().expect("schemas");
+        for name in schemas.keys() {
+            assert!(name.starts_with("Mail") || name == "Error", "{name}");
+        }
+    }
 }

@@ -23,8 +23,10 @@ use k2b_core::config::Needs;
 use k2b_core::http::ApiError;
 use k2b_core::http::etag::{if_none_match, sha256_etag};
 use k2b_core::http::headers::request_id;
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::routes::{GATEWAY_APP_CORE, GATEWAY_APP_HEADER, Routes};
 use serde::Serialize;
+use utoipa::OpenApi;
 
 pub const MANIFEST_PATH: &str = "/pwa/manifest.webmanifest";
 pub const SERVICE_WORKER_PATH: &str = "/pwa/sw.js";
@@ -51,12 +53,43 @@ pub fn routes(core: Core) -> Routes {
         .with_state(core)
 }
 
+/// The function's part of the API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(paths(manifest, service_worker, part_not_deployed))]
+struct Api;
+
+/// The function's part of the API's OpenAPI document: every route of [`routes`] (the wildcard
+/// `{*part}` as the parameter `{part}`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
+}
+
 /// The routes as the front door serves them.
 pub fn router(core: Core) -> Router {
     k2b_core::lambda::front_door(routes(core))
 }
 
-/// `GET /pwa/…`: no part of the app is deployed here; the platform answers (never cached).
+/// Any other path of the installed app: not deployed here
+///
+/// Every path under `/pwa/` other than the manifest and the service worker is a part of the
+/// installed app this deployment does not serve: 404 as the platform (`X-Gateway-App: core`),
+/// never cached, which the service worker turns into its offline document for a navigation.
+#[utoipa::path(
+    get,
+    path = "/pwa/{part}",
+    tag = "manifest",
+    operation_id = "manifestAppPart",
+    params(("part" = String, Path, min_length = 1,
+        description = "The rest of the path (may contain `/`); any value other than `manifest.webmanifest` and `sw.js`.")),
+    security(()),
+    responses(
+        (status = 404, description = "No part of the app is deployed at this path.", body = ErrorBody,
+            headers(
+                ("X-Gateway-App" = String, description = "`core`: the platform answered, not an app."),
+                ("Cache-Control" = String, description = "`no-store`."),
+            )),
+    )
+)]
 async fn part_not_deployed() -> Response {
     let mut response =
         ApiError::not_found("No part of the app is deployed at this path.").into_response();
@@ -69,27 +102,42 @@ async fn part_not_deployed() -> Response {
     response
 }
 
-#[derive(Serialize)]
+/// An icon of the manifest.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = WebAppManifestIcon)]
 struct Icon {
+    /// `/branding/<variant>.png?v=<icon version>`.
     src: String,
+    /// `192x192` or `512x512`.
     sizes: &'static str,
+    /// `image/png`.
     #[serde(rename = "type")]
     kind: &'static str,
+    /// `any` or `maskable`.
     purpose: &'static str,
 }
 
-/// Field order is the manifest's key order.
-#[derive(Serialize)]
+/// The installed app's web app manifest. Field order is the manifest's key order.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = WebAppManifest)]
 struct Manifest<'a> {
+    /// `/pwa/`.
     id: &'static str,
+    /// The installation's name (`app.name`, `Cloud` when empty).
     name: &'a str,
     short_name: &'a str,
+    /// `/pwa/`.
     start_url: &'static str,
+    /// `/pwa/`.
     scope: &'static str,
+    /// `standalone`.
     display: &'static str,
     background_color: &'static str,
     theme_color: &'static str,
+    /// The installation's locale (`app.locale`, `en` when empty).
     lang: &'a str,
+    /// The 192 and 512 pixel icons and the maskable 512 pixel icon.
+    #[schema(value_type = Vec<Icon>, min_items = 3, max_items = 3)]
     icons: [Icon; 3],
 }
 
@@ -175,6 +223,31 @@ fn settings_unavailable(error: impl std::fmt::Display) -> Response {
     ApiError::unavailable("The app manifest is unavailable right now.").into_response()
 }
 
+/// The installed app's web app manifest
+///
+/// Public and the same for everyone, built from `app.name`, `app.locale` and the logo on every
+/// request. The ETag covers the body; a matching `If-None-Match` is answered with 304.
+#[utoipa::path(
+    get,
+    path = MANIFEST_PATH,
+    tag = "manifest",
+    operation_id = "manifestWebManifest",
+    params(("If-None-Match" = Option<String>, Header, description = "ETags of earlier answers: 304 when one matches.")),
+    security(()),
+    responses(
+        (status = 200, description = "The manifest.", body = Manifest, content_type = "application/manifest+json",
+            headers(
+                ("ETag" = String, description = "`\"` + the first 32 hex characters of SHA-256 over the body + `\"`."),
+                ("Cache-Control" = String, description = "`no-cache`."),
+            )),
+        (status = 304, description = "The manifest did not change.",
+            headers(
+                ("ETag" = String, description = "The manifest's ETag."),
+                ("Cache-Control" = String, description = "`no-cache`."),
+            )),
+        (status = 503, description = "The installation's settings cannot be read right now.", body = ErrorBody),
+    )
+)]
 async fn manifest(State(core): State<Core>, headers: HeaderMap) -> Response {
     let read = async {
         let name = core.settings.app_name().await?;
@@ -188,6 +261,32 @@ async fn manifest(State(core): State<Core>, headers: HeaderMap) -> Response {
     }
 }
 
+/// The installed app's service worker
+///
+/// The offline document (with the installation's name and logo) as a string constant, then the
+/// fixed worker source. The ETag covers the body; a matching `If-None-Match` is answered with
+/// 304.
+#[utoipa::path(
+    get,
+    path = SERVICE_WORKER_PATH,
+    tag = "manifest",
+    operation_id = "manifestServiceWorker",
+    params(("If-None-Match" = Option<String>, Header, description = "ETags of earlier answers: 304 when one matches.")),
+    security(()),
+    responses(
+        (status = 200, description = "The service worker's script.", body = String, content_type = "text/javascript",
+            headers(
+                ("ETag" = String, description = "`\"` + the first 32 hex characters of SHA-256 over the body + `\"`."),
+                ("Cache-Control" = String, description = "`no-cache`."),
+            )),
+        (status = 304, description = "The script did not change.",
+            headers(
+                ("ETag" = String, description = "The script's ETag."),
+                ("Cache-Control" = String, description = "`no-cache`."),
+            )),
+        (status = 503, description = "The installation's settings cannot be read right now.", body = ErrorBody),
+    )
+)]
 async fn service_worker(State(core): State<Core>, headers: HeaderMap) -> Response {
     let read = async {
         let name = core.settings.app_name().await?;
@@ -203,6 +302,55 @@ async fn service_worker(State(core): State<Core>, headers: HeaderMap) -> Respons
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The document names exactly the routes of [`routes`] (building them needs a `Core`; the
+    /// shared drift test compares the table itself), each with an id, its security and the
+    /// `Error` body on every failure, and the wildcard's 404 says who answered.
+    #[test]
+    fn the_document_lists_every_route_with_ids_and_error_bodies() {
+        let document = serde_json::to_value(openapi()).expect("json");
+        let mut operations = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                operations.push(format!("{} {path}", method.to_uppercase()));
+                assert!(operation["operationId"].is_string(), "{method} {path}");
+                assert_eq!(operation["security"], serde_json::json!([{}]));
+                assert_eq!(operation["tags"], serde_json::json!(["manifest"]));
+                let responses = operation["responses"].as_object().expect("responses");
+                for (status, response) in responses {
+                    if status.starts_with('4') || status.starts_with('5') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/Error",
+                            "{method} {path} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        operations.sort();
+        let wildcard = APP_PARTS_PATH.replace("{*", "{");
+        let mut expected = vec![
+            format!("GET {MANIFEST_PATH}"),
+            format!("GET {SERVICE_WORKER_PATH}"),
+            format!("GET {wildcard}"),
+        ];
+        expected.sort();
+        assert_eq!(operations, expected);
+        let paths = &document["paths"];
+        assert!(
+            paths[MANIFEST_PATH]["get"]["responses"]["200"]["content"]["application/manifest+json"]
+                .is_object()
+        );
+        assert!(
+            paths[SERVICE_WORKER_PATH]["get"]["responses"]["200"]["content"]["text/javascript"]
+                .is_object()
+        );
+        assert!(
+            paths[wildcard.as_str()]["get"]["responses"]["404"]["headers"]["X-Gateway-App"]
+                .is_object()
+        );
+    }
 
     /// Scenario 14 (shape): exact keys, key order and icon versions.
     #[test]

@@ -24,14 +24,17 @@ use k2b_core::db::reads::SharedReads;
 use k2b_core::http::ApiError;
 use k2b_core::http::body::{BodyError, read_json};
 use k2b_core::http::headers::{no_store, request_id};
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::http::routes::Routes;
 use k2b_core::identity::{
     INVOCATION_JWKS_PATH, JWKS_MAX_AGE_SECONDS, Purpose, SESSION_JWKS_PATH, ring,
 };
 use k2b_core::registry::store::{self, MAX_ENTRY_BYTES};
-use k2b_core::registry::{APP_REGISTRY_TTL, RegistryError};
+use k2b_core::registry::{APP_REGISTRY_TTL, AppRegistryEntry, RegistryError};
+use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use utoipa::OpenApi;
 
 /// The scope an app's credential needs to publish its entry.
 pub const PUBLISH_SCOPE: &str = "registry:publish";
@@ -50,13 +53,13 @@ pub fn routes(core: Core) -> Routes {
         .get(
             SESSION_JWKS_PATH,
             move |State(core): State<Core>, headers: HeaderMap| async move {
-                session.respond(&core, &headers).await
+                session_jwks(&session, &core, &headers).await
             },
         )
         .get(
             INVOCATION_JWKS_PATH,
             move |State(core): State<Core>, headers: HeaderMap| async move {
-                invocation.respond(&core, &headers).await
+                invocation_jwks(&invocation, &core, &headers).await
             },
         )
         .merge(
@@ -66,6 +69,16 @@ pub fn routes(core: Core) -> Routes {
         )
         .layer(middleware::from_fn(request_id))
         .with_state(core)
+}
+
+/// The function's part of the API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(paths(session_jwks, invocation_jwks, publish))]
+struct Api;
+
+/// The function's part of the API's OpenAPI document: every route of [`routes`].
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
 }
 
 /// The routes as the front door serves them.
@@ -78,6 +91,94 @@ pub fn jwks_etag(purpose: Purpose, keys: &[Value]) -> String {
     let document = json!({"purpose": purpose.as_str(), "keys": keys});
     let digest = hex::encode(Sha256::digest(document.to_string().as_bytes()));
     format!("\"{}\"", &digest[..32])
+}
+
+/// A JWKS document: `{keys}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Jwks)]
+struct JwksBody<'a> {
+    /// The public keys that verify the purpose's tokens (pending, active and retired keys
+    /// inside their verification window), oldest first.
+    #[schema(value_type = Vec<Jwk>)]
+    keys: &'a [Value],
+}
+
+/// A public signing key as published in a JWKS (RFC 7517): RSA, `RS256`, for signatures.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct Jwk {
+    /// `RSA`.
+    kty: String,
+    /// The modulus (base64url).
+    n: String,
+    /// The public exponent (base64url).
+    e: String,
+    /// `RS256`.
+    alg: String,
+    /// The key id tokens name in their header.
+    kid: String,
+    /// `sig`.
+    #[schema(rename = "use")]
+    key_use: String,
+}
+
+/// The keys that verify session tokens
+///
+/// Public and cacheable for 5 minutes; the ETag covers the purpose and keys, and an
+/// `If-None-Match` equal to it is answered with 304. Every answer comes from a read that started
+/// after the request arrived, so a revoked key leaves the document at once.
+#[utoipa::path(
+    get,
+    path = SESSION_JWKS_PATH,
+    tag = "registry",
+    operation_id = "registrySessionJwks",
+    params(("If-None-Match" = Option<String>, Header, description = "The ETag of an earlier answer: 304 when it is exactly the current one.")),
+    security(()),
+    responses(
+        (status = 200, description = "The key set.", body = JwksBody,
+            headers(
+                ("ETag" = String, description = "`\"` + 32 hex characters + `\"`."),
+                ("Cache-Control" = String, description = "`public, max-age=300, must-revalidate`."),
+            )),
+        (status = 304, description = "The key set did not change since the ETag sent.",
+            headers(
+                ("ETag" = String, description = "The key set's ETag."),
+                ("Cache-Control" = String, description = "`public, max-age=300, must-revalidate`."),
+            )),
+        (status = 503, description = "The key set is unavailable right now.", body = ErrorBody),
+    )
+)]
+async fn session_jwks(reads: &JwksReads, core: &Core, headers: &HeaderMap) -> Response {
+    reads.respond(core, headers).await
+}
+
+/// The keys that verify invocation tokens
+///
+/// Apps verify the tokens Core sends with its calls (widgets, authority routes) against these
+/// keys. Public and cacheable for 5 minutes, with the same ETag rules as the session keys.
+#[utoipa::path(
+    get,
+    path = INVOCATION_JWKS_PATH,
+    tag = "registry",
+    operation_id = "registryInvocationJwks",
+    params(("If-None-Match" = Option<String>, Header, description = "The ETag of an earlier answer: 304 when it is exactly the current one.")),
+    security(()),
+    responses(
+        (status = 200, description = "The key set.", body = JwksBody,
+            headers(
+                ("ETag" = String, description = "`\"` + 32 hex characters + `\"`."),
+                ("Cache-Control" = String, description = "`public, max-age=300, must-revalidate`."),
+            )),
+        (status = 304, description = "The key set did not change since the ETag sent.",
+            headers(
+                ("ETag" = String, description = "The key set's ETag."),
+                ("Cache-Control" = String, description = "`public, max-age=300, must-revalidate`."),
+            )),
+        (status = 503, description = "The key set is unavailable right now.", body = ErrorBody),
+    )
+)]
+async fn invocation_jwks(reads: &JwksReads, core: &Core, headers: &HeaderMap) -> Response {
+    reads.respond(core, headers).await
 }
 
 /// A purpose's JWKS document as read: its ETag and its serialized body.
@@ -115,7 +216,8 @@ impl JwksReads {
                 let keys = ring::list_jwks(&core.pool, self.purpose).await?;
                 let etag = HeaderValue::from_str(&jwks_etag(self.purpose, &keys))
                     .unwrap_or_else(|_| HeaderValue::from_static("\"\""));
-                let body = Bytes::from(json!({ "keys": keys }).to_string());
+                let body =
+                    Bytes::from(serde_json::to_vec(&JwksBody { keys: &keys }).unwrap_or_default());
                 Ok(JwksDocument { etag, body })
             })
             .await
@@ -170,6 +272,45 @@ fn too_many_publishes(retry_after: u64) -> Response {
     response
 }
 
+/// The answer of a publish: `{expiresAt, id}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct RegistryPublished {
+    /// When the entry expires unless published again (RFC 3339, milliseconds, UTC).
+    #[schema(format = DateTime)]
+    expires_at: String,
+    /// The app id.
+    id: String,
+}
+
+/// Publish an app's registry entry
+///
+/// With the app's own workload credential (scope `registry:publish`). The entry lives 180 s
+/// unless published again (the app's heartbeat publishes every 60 s). The body is read as JSON
+/// whatever its content type; its `id` must be the app id of the path. An app publishes at most
+/// 60 times a minute.
+#[utoipa::path(
+    put,
+    path = "/api/registry/v1/apps/{app_id}",
+    tag = "registry",
+    operation_id = "registryPublishApp",
+    params(("app_id" = String, Path, description = "The publishing app: the app of the credential.")),
+    request_body(content = AppRegistryEntry, content_type = "application/json",
+        description = "The entry, at most 65 536 bytes."),
+    security(("appCredential" = [])),
+    responses(
+        (status = 200, description = "The entry is published.", body = RegistryPublished,
+            headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 400, description = "The body is not a JSON object, its `id` is not the app of the path, a field breaks a rule (the message names it), or a path parameter is not valid UTF-8.", content(
+            (ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 401, description = "No valid app credential (`Authorization: Bearer cld_…` of an app's own account).", body = ErrorBody),
+        (status = 403, description = "The credential belongs to another app or lacks the `registry:publish` scope.", body = ErrorBody),
+        (status = 413, description = "The entry exceeds 65 536 bytes.", body = ErrorBody),
+        (status = 429, description = "`RATE_LIMITED`: more than 60 publishes this minute (the body's `limit` says how many).", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until the next minute begins."))),
+        (status = 503, description = "Credentials cannot be checked, or the registry is unavailable right now.", body = ErrorBody),
+    )
+)]
 async fn publish(
     State(core): State<Core>,
     Path(app_id): Path<String>,
@@ -229,9 +370,75 @@ async fn publish(
     }
     let expires_at =
         chrono::Utc::now() + chrono::Duration::seconds(APP_REGISTRY_TTL.as_secs() as i64);
-    Ok(Json(json!({
-        "id": app_id,
-        "expiresAt": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    }))
+    Ok(Json(RegistryPublished {
+        expires_at: expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        id: app_id,
+    })
     .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document names exactly the routes of [`routes`] (building them needs a `Core`; the
+    /// shared drift test compares the table itself), each with an id, its security and the
+    /// `Error` body on every failure.
+    #[test]
+    fn the_document_lists_every_route_with_ids_and_error_bodies() {
+        let document = serde_json::to_value(openapi()).expect("json");
+        let mut operations = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                operations.push(format!("{} {path}", method.to_uppercase()));
+                assert!(operation["operationId"].is_string(), "{method} {path}");
+                assert_eq!(operation["tags"], json!(["registry"]));
+                for (status, response) in operation["responses"].as_object().expect("responses") {
+                    if status.starts_with('4') || status.starts_with('5') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/Error",
+                            "{method} {path} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        operations.sort();
+        let mut expected = vec![
+            format!("GET {SESSION_JWKS_PATH}"),
+            format!("GET {INVOCATION_JWKS_PATH}"),
+            "PUT /api/registry/v1/apps/{app_id}".to_string(),
+        ];
+        expected.sort();
+        assert_eq!(operations, expected);
+        let paths = &document["paths"];
+        assert_eq!(paths[SESSION_JWKS_PATH]["get"]["security"], json!([{}]));
+        let publish = &paths["/api/registry/v1/apps/{app_id}"]["put"];
+        assert_eq!(publish["security"], json!([{"appCredential": []}]));
+        assert!(publish["responses"]["429"]["headers"]["Retry-After"].is_object());
+        let entry = &document["components"]["schemas"]["AppRegistryEntry"];
+        assert_eq!(
+            entry["required"],
+            json!(["id", "name", "icon", "description", "baseUrl", "routes"])
+        );
+    }
+
+    /// The typed bodies keep the bytes of the former `json!` ones.
+    #[test]
+    fn bodies_keep_their_wire_shape() {
+        let keys = vec![json!({"kid": "k", "kty": "RSA"})];
+        assert_eq!(
+            serde_json::to_string(&JwksBody { keys: &keys }).expect("json"),
+            json!({ "keys": keys }).to_string()
+        );
+        let published = RegistryPublished {
+            expires_at: "2026-01-01T00:00:00.000Z".into(),
+            id: "demo".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&published).expect("json"),
+            json!({"id": "demo", "expiresAt": "2026-01-01T00:00:00.000Z"}).to_string()
+        );
+    }
 }

@@ -62,6 +62,13 @@ pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
         .with_app_calls(),
 };
 
+/// The function's part of the API's OpenAPI document: every route of [`routes`].
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut document = stream::openapi();
+    document.merge(single::openapi());
+    document
+}
+
 /// The routes with the standard budgets.
 pub fn routes(core: Core) -> Routes {
     routes_with(core, WidgetsOptions::default())
@@ -94,4 +101,57 @@ pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
         ))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document names exactly the routes of [`routes`] (building them needs a `Core`; the
+    /// shared drift test compares the table itself), each with an id, its security and the
+    /// `Error` body on every failure.
+    #[test]
+    fn the_document_lists_every_route_with_ids_and_error_bodies() {
+        let document = serde_json::to_value(openapi()).expect("json");
+        let mut operations = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                operations.push(format!("{} {path}", method.to_uppercase()));
+                assert!(operation["operationId"].is_string(), "{method} {path}");
+                assert!(operation["security"].is_array(), "{method} {path}");
+                assert_eq!(operation["tags"], serde_json::json!(["widgets"]));
+                let responses = operation["responses"].as_object().expect("responses");
+                assert!(
+                    responses.keys().any(|s| s.starts_with('4')),
+                    "{method} {path}"
+                );
+                for (status, response) in responses {
+                    if status.starts_with('4') || status.starts_with('5') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/Error",
+                            "{method} {path} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        operations.sort();
+        assert_eq!(
+            operations,
+            [
+                "GET /api/widgets/v1",
+                "GET /api/widgets/v1/{app_id}/{widget_id}"
+            ]
+        );
+        // The stream's lines: one of the three, told apart by `type`.
+        let line = &document["components"]["schemas"]["WidgetStreamLine"];
+        assert_eq!(line["oneOf"].as_array().map(Vec::len), Some(3), "{line}");
+        assert_eq!(line["discriminator"]["propertyName"], "type");
+        assert!(
+            document["paths"]["/api/widgets/v1"]["get"]["responses"]["200"]["content"]
+                ["application/x-ndjson"]
+                .is_object()
+        );
+    }
 }

@@ -12,8 +12,10 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::auth::Actor;
 use k2b_core::http::ApiError;
-use k2b_core::widgets::{SIZE_PARAM, fit_size, list_widgets};
+use k2b_core::http::openapi::ErrorBody;
+use k2b_core::widgets::{SIZE_PARAM, WidgetResponse, fit_size, list_widgets};
 use tokio::time::{Instant, timeout_at};
+use utoipa::OpenApi;
 
 use crate::WidgetsState;
 use crate::call::{
@@ -59,6 +61,35 @@ fn empty(status: StatusCode) -> Response {
         .into_response()
 }
 
+/// One widget as JSON
+///
+/// Under one 8 s budget for the registry, signing and the app's answer. The app's answer is
+/// checked against the widget contract and re-serialized; its headers are never passed on.
+#[utoipa::path(
+    get,
+    path = "/api/widgets/v1/{app_id}/{widget_id}",
+    tag = "widgets",
+    operation_id = "widgetsGetWidget",
+    params(
+        ("app_id" = String, Path, description = "The app that declares the widget."),
+        ("widget_id" = String, Path, description = "The widget's id."),
+        ("size" = Option<String>, Query, description = "`small`, `medium` or `large`: used when the widget offers it, else (and for any other value) the widget's default size."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The viewer's locale (a BCP 47 tag), passed on to the apps; else the `cloud.locale` cookie, else `Accept-Language`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The widget's answer.", body = WidgetResponse),
+        (status = 204, description = "The widget has nothing to show (empty body)."),
+        (status = 400, description = "A path parameter is not valid UTF-8.", content(
+            (ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope; or the app refuses the viewer (then the body is empty).", body = ErrorBody),
+        (status = 404, description = "No such widget.", body = ErrorBody),
+        (status = 502, description = "`WIDGET_INVALID`: the app's answer broke the contract or was not JSON; `WIDGET_UNAVAILABLE`: anything else failed.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked right now.", body = ErrorBody),
+        (status = 504, description = "`WIDGET_TIMEOUT`: the budget ran out.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn widget(
     State(state): State<WidgetsState>,
     Extension(actor): Extension<Actor>,
@@ -150,4 +181,13 @@ pub(crate) async fn widget(
             bad_gateway(rejection.reason)
         }
     }
+}
+
+/// The single widget route's part of the API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(paths(widget))]
+struct Api;
+
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
 }

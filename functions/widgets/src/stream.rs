@@ -20,6 +20,7 @@ use futures::stream::FuturesUnordered;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::auth::Actor;
 use k2b_core::http::ApiError;
+use k2b_core::http::openapi::ErrorBody;
 use k2b_core::telemetry::metrics;
 use k2b_core::widgets::{
     DashboardWidget, MAX_STREAM_WIDGETS, WidgetResponse, WidgetSize, fit_size, list_widgets,
@@ -29,6 +30,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+use utoipa::OpenApi;
 
 use crate::WidgetsState;
 use crate::call::{
@@ -79,22 +81,149 @@ pub fn select<'a>(
         .collect()
 }
 
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-enum Line<'a> {
-    Start {
-        widgets: &'a [String],
-    },
-    Widget {
+/// One line of the stream, told apart by its `type`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[schema(
+    as = WidgetStreamLine,
+    discriminator(property_name = "type", mapping(
+        ("start" = "#/components/schemas/WidgetStreamStart"),
+        ("widget" = "#/components/schemas/WidgetStreamWidget"),
+        ("done" = "#/components/schemas/WidgetStreamDone"),
+    ))
+)]
+pub(crate) enum Line<'a> {
+    Start(StartLine<'a>),
+    Widget(WidgetLine<'a>),
+    Done(DoneLine),
+}
+
+/// The `type` of a [`StartLine`].
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = WidgetStreamStartType)]
+pub(crate) enum StartType {
+    Start,
+}
+
+/// The first line: the keys of the widgets that follow, in registry order.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetStreamStart)]
+pub(crate) struct StartLine<'a> {
+    #[serde(rename = "type")]
+    kind: StartType,
+    /// `<appId>/<widgetId>` of every widget asked, in registry order (at most 100).
+    #[schema(max_items = 100)]
+    widgets: &'a [String],
+}
+
+/// The `type` of a [`WidgetLine`].
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = WidgetStreamWidgetType)]
+pub(crate) enum WidgetType {
+    Widget,
+}
+
+/// How a widget settled: `ok` (with its answer), `empty` (nothing to show), `forbidden` (not
+/// for this viewer), `timeout` or `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = WidgetStreamStatus)]
+pub(crate) enum WidgetStatus {
+    Ok,
+    Empty,
+    Forbidden,
+    Timeout,
+    Error,
+}
+
+impl WidgetStatus {
+    fn of(outcome: &Outcome) -> WidgetStatus {
+        match outcome {
+            Outcome::Ok(_) => WidgetStatus::Ok,
+            Outcome::Empty => WidgetStatus::Empty,
+            Outcome::Forbidden => WidgetStatus::Forbidden,
+            Outcome::Timeout(_) => WidgetStatus::Timeout,
+            Outcome::Error(_) => WidgetStatus::Error,
+        }
+    }
+}
+
+/// One line per widget of the start line, in the order they settle.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetStreamWidget)]
+pub(crate) struct WidgetLine<'a> {
+    #[serde(rename = "type")]
+    kind: WidgetType,
+    /// The widget's key, as in the start line.
+    key: &'a str,
+    status: WidgetStatus,
+    /// The widget's answer, when the status is `ok`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    widget: Option<&'a WidgetResponse>,
+    /// Milliseconds from the widget's start to its settling (from the fan-out's start for a
+    /// widget the stream deadline settled).
+    ms: u64,
+}
+
+/// The `type` of a [`DoneLine`].
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = WidgetStreamDoneType)]
+pub(crate) enum DoneType {
+    Done,
+}
+
+/// How the stream ended: `complete` when every widget was `ok`, `empty` or `forbidden`,
+/// `partial` when one timed out or failed.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = WidgetStreamDoneStatus)]
+pub(crate) enum DoneStatus {
+    Complete,
+    Partial,
+}
+
+/// The last line, after every widget line (missing when the stream was cut off).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetStreamDone)]
+pub(crate) struct DoneLine {
+    #[serde(rename = "type")]
+    kind: DoneType,
+    status: DoneStatus,
+}
+
+impl<'a> Line<'a> {
+    fn start(widgets: &'a [String]) -> Line<'a> {
+        Line::Start(StartLine {
+            kind: StartType::Start,
+            widgets,
+        })
+    }
+
+    fn widget(
         key: &'a str,
-        status: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        status: WidgetStatus,
         widget: Option<&'a WidgetResponse>,
         ms: u64,
-    },
-    Done {
-        status: &'static str,
-    },
+    ) -> Line<'a> {
+        Line::Widget(WidgetLine {
+            kind: WidgetType::Widget,
+            key,
+            status,
+            widget,
+            ms,
+        })
+    }
+
+    fn done(status: DoneStatus) -> Line<'a> {
+        Line::Done(DoneLine {
+            kind: DoneType::Done,
+            status,
+        })
+    }
 }
 
 fn encode(line: &Line<'_>) -> Bytes {
@@ -120,6 +249,42 @@ struct Job {
     token: Option<String>,
 }
 
+/// Every requested widget of every app, as an NDJSON stream
+///
+/// The body is `application/x-ndjson`: each line is one JSON value (a `start`, `widget` or `done` line) followed by `\n`.
+/// First a `start` line with the keys of the widgets asked, in registry order; then one
+/// `widget` line per key as soon as that widget settles (at most 8 in flight, each within 8 s
+/// from its start); then a `done` line. The whole stream ends within 30 s (what has not settled
+/// by then is a `timeout`). A client that goes away stops everything; no `done` line follows.
+///
+/// Without `widget` parameters every declared widget is asked (the first 100 in registry
+/// order); unknown keys are ignored. Setup failures (the registry, signing) answer 503 before
+/// the stream starts.
+#[utoipa::path(
+    get,
+    path = "/api/widgets/v1",
+    tag = "widgets",
+    operation_id = "widgetsStream",
+    params(
+        ("widget" = Option<Vec<String>>, Query, explode, style = Form, max_items = 100,
+            description = "`<appId>/<widgetId>`, optionally followed by `@small`, `@medium` or `@large`; repeatable, at most 100 distinct values."),
+        ("x-cloud-locale" = Option<String>, Header, description = "The viewer's locale (a BCP 47 tag), passed on to the apps; else the `cloud.locale` cookie, else `Accept-Language`. Invalid tags are skipped."),
+    ),
+    security(("session" = []), ("appSession" = []), ("oauth" = [])),
+    responses(
+        (status = 200, description = "The stream: each line is one JSON value (`start`, then `widget` lines, then `done`), terminated by a newline.",
+            body = Line, content_type = "application/x-ndjson",
+            headers(
+                ("Cache-Control" = String, description = "`no-store, no-transform`."),
+                ("X-Accel-Buffering" = String, description = "`no`: proxies pass each line on at once."),
+            )),
+        (status = 400, description = "`TOO_MANY_WIDGETS`: more than 100 distinct `widget` values (the body's `limit` says how many).", body = ErrorBody),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "An app's workload credential, or an OAuth token without the `read` or `admin` scope.", body = ErrorBody),
+        (status = 500, description = "The stream could not be started.", body = ErrorBody),
+        (status = 503, description = "Credentials cannot be checked, or the widget registry or the invocation authority is unavailable right now.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn widgets(
     State(state): State<WidgetsState>,
     Extension(actor): Extension<Actor>,
@@ -252,10 +417,7 @@ pub(crate) async fn widgets(
 
     // Every line fits: start, one per widget, done. Writing never waits on the client.
     let (sender, receiver) = mpsc::channel::<Bytes>(jobs.len() + 2);
-    if sender
-        .try_send(encode(&Line::Start { widgets: &keys }))
-        .is_err()
-    {
+    if sender.try_send(encode(&Line::start(&keys))).is_err() {
         return ApiError::internal().into_response();
     }
     let cancel = CancellationToken::new();
@@ -323,12 +485,12 @@ async fn run_one(
         Outcome::Ok(widget) => Some(widget.as_ref()),
         _ => None,
     };
-    let line = encode(&Line::Widget {
-        key: &job.key,
-        status: outcome.status(),
+    let line = encode(&Line::widget(
+        &job.key,
+        WidgetStatus::of(&outcome),
         widget,
         ms,
-    });
+    ));
     let partial = matches!(outcome, Outcome::Timeout(_) | Outcome::Error(_));
     (job.index, line, partial)
 }
@@ -389,7 +551,7 @@ async fn fan_out(
                     };
                     log_rejection(&app_id, &widget_id, rejection);
                     record_outcome(&Outcome::Timeout(rejection), ms);
-                    let line = encode(&Line::Widget { key: &key, status: "timeout", widget: None, ms });
+                    let line = encode(&Line::widget(&key, WidgetStatus::Timeout, None, ms));
                     if sender.send(line).await.is_err() {
                         return;
                     }
@@ -411,6 +573,65 @@ async fn fan_out(
     if cancel.is_cancelled() {
         return;
     }
-    let status = if partial { "partial" } else { "complete" };
-    sender.send(encode(&Line::Done { status })).await.ok();
+    let status = if partial {
+        DoneStatus::Partial
+    } else {
+        DoneStatus::Complete
+    };
+    sender.send(encode(&Line::done(status))).await.ok();
+}
+
+/// The stream's part of the API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(paths(widgets))]
+struct Api;
+
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
+    Api::openapi()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Rejection;
+
+    /// The line's status is the outcome's own name for it.
+    #[test]
+    fn widget_statuses_are_the_outcomes_names() {
+        let rejection = Rejection {
+            phase: Phase::Provider,
+            reason: Reason::OperationFailed,
+            upstream_status: None,
+        };
+        for outcome in [
+            Outcome::Empty,
+            Outcome::Forbidden,
+            Outcome::Timeout(rejection),
+            Outcome::Error(rejection),
+        ] {
+            assert_eq!(
+                serde_json::to_value(WidgetStatus::of(&outcome)).expect("json"),
+                outcome.status()
+            );
+        }
+    }
+
+    /// The lines keep their wire shape: `type` first, no `widget` unless there is one.
+    #[test]
+    fn lines_serialize_as_before() {
+        let keys = vec!["a/b".to_string()];
+        let line = |line: Line<'_>| String::from_utf8(encode(&line).to_vec()).expect("utf-8");
+        assert_eq!(
+            line(Line::start(&keys)),
+            "{\"type\":\"start\",\"widgets\":[\"a/b\"]}\n"
+        );
+        assert_eq!(
+            line(Line::widget("a/b", WidgetStatus::Timeout, None, 7)),
+            "{\"type\":\"widget\",\"key\":\"a/b\",\"status\":\"timeout\",\"ms\":7}\n"
+        );
+        assert_eq!(
+            line(Line::done(DoneStatus::Partial)),
+            "{\"type\":\"done\",\"status\":\"partial\"}\n"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 
 mod admin;
 mod demo;
+mod openapi;
 mod postgres;
 mod serve;
 mod shell;
@@ -53,6 +54,9 @@ enum Command {
         #[command(subcommand)]
         command: SessionCommand,
     },
+    /// Print the API's OpenAPI 3.1 document (JSON), as the runner serves it at
+    /// `/api/openapi.json`. Needs no database.
+    Openapi,
 }
 
 #[derive(Subcommand)]
@@ -137,6 +141,13 @@ fn main() {
 
 async fn run() {
     let cli = Cli::parse();
+    if let Some(Command::Openapi) = cli.command {
+        if let Err(error) = openapi::print() {
+            eprintln!("error: {error:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let mut config = Config::from_env_or_exit(Mode::Local, Needs::ALL);
     k2b_core::telemetry::init(config.log_format);
     let database = match postgres::prepare(&mut config).await {
@@ -180,6 +191,7 @@ async fn run() {
         Command::Session {
             command: SessionCommand::Issue { user },
         } => admin::issue_session(config, &user).await,
+        Command::Openapi => openapi::print(),
     };
     database.stop().await;
     if let Err(error) = result {

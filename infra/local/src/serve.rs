@@ -143,7 +143,9 @@ pub fn router(core: Core, listen: SocketAddr) -> Router {
     let mut own = Routes::new().get("/healthz", move |State(core): State<Core>| async move {
         healthz(&core, &health).await
     });
-    own = own.merge(shell::routes());
+    own = own
+        .merge(shell::routes())
+        .get(crate::openapi::PATH, crate::openapi::serve);
     if listen.ip().is_loopback() {
         own = own.merge(
             Routes::new()

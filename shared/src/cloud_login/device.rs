@@ -22,8 +22,9 @@ use crate::Core;
 use crate::db::notify;
 
 /// A sign-in waiting for a decision, as the authenticator shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginPendingRequest)]
 pub struct PendingLogin {
     #[sqlx(rename = "id")]
     pub request_id: Uuid,
@@ -43,16 +44,51 @@ pub enum CommandOutcome {
 }
 
 impl CommandOutcome {
-    pub fn to_json(&self) -> Value {
+    /// The answer's body.
+    pub fn answer(&self) -> CommandAnswer {
         match self {
-            CommandOutcome::Pending(requests) => {
-                json!({"requests": requests, "pollAfterSeconds": POLL_SECONDS})
-            }
-            CommandOutcome::Approved => json!({"state": "approved"}),
-            CommandOutcome::Denied => json!({"state": "denied"}),
-            CommandOutcome::Revoked => json!({"state": "revoked"}),
+            CommandOutcome::Pending(requests) => CommandAnswer::Pending {
+                requests: requests.clone(),
+                poll_after_seconds: POLL_SECONDS,
+            },
+            CommandOutcome::Approved => CommandAnswer::Done {
+                state: CommandState::Approved,
+            },
+            CommandOutcome::Denied => CommandAnswer::Done {
+                state: CommandState::Denied,
+            },
+            CommandOutcome::Revoked => CommandAnswer::Done {
+                state: CommandState::Revoked,
+            },
         }
     }
+}
+
+/// What a command answers: the waiting sign-ins (`pending`), or what was done (`decide`,
+/// `revoke`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[schema(as = CloudLoginCommandAnswer)]
+pub enum CommandAnswer {
+    /// `pending`: at most five sign-ins waiting for this person, oldest first.
+    Pending {
+        #[schema(max_items = 5)]
+        requests: Vec<PendingLogin>,
+        #[serde(rename = "pollAfterSeconds")]
+        poll_after_seconds: i64,
+    },
+    /// `decide` or `revoke`: the decision taken, or the device's own revocation.
+    Done { state: CommandState },
+}
+
+/// What a `decide` or `revoke` command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = CloudLoginCommandState)]
+pub enum CommandState {
+    Approved,
+    Denied,
+    Revoked,
 }
 
 #[derive(FromRow)]

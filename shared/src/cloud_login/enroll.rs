@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::{FromRow, PgConnection};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::proof::{self, PairingClaim, PublicKeyJwk};
@@ -20,12 +21,17 @@ use crate::auth;
 
 /// A started pairing: what the link (or QR code) carries to the authenticator. The only time the
 /// secret leaves the server.
-#[derive(Clone, PartialEq, Eq, Serialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginStartedPairing)]
 pub struct StartedPairing {
+    /// `cloud-app-approval-v1`.
+    #[schema(value_type = String, example = "cloud-app-approval-v1")]
     pub protocol: &'static str,
+    /// The installation's origin, which the authenticator signs.
     pub issuer: String,
     pub pairing_id: Uuid,
+    /// The one-time secret for the authenticator: 43 base64url characters.
     pub secret: String,
     pub expires_at: DateTime<Utc>,
 }
@@ -48,8 +54,9 @@ impl StartedPairing {
 }
 
 /// A claimed pairing, as the device learns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginClaimedPairing)]
 pub struct ClaimedPairing {
     pub device_id: Uuid,
     pub comparison: String,
@@ -209,13 +216,29 @@ pub async fn claim(core: &Core, claim: &PairingClaim) -> Result<ClaimedPairing, 
 }
 
 /// What the device sees when it polls its pairing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginPairingResult)]
 pub struct PairingResult {
+    #[schema(value_type = PairingState)]
     pub state: String,
+    /// The device's id once claimed.
+    #[schema(required = true)]
     pub device_id: Option<Uuid>,
     /// Only while claimed.
+    #[schema(required = true)]
     pub comparison: Option<String>,
+}
+
+/// The states of a pairing (`auth.app_pairings.state`).
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = CloudLoginPairingState)]
+pub enum PairingState {
+    Pending,
+    Claimed,
+    Confirmed,
+    Cancelled,
 }
 
 /// The device polls with the pairing's secret and its own key; another key learns nothing.
@@ -270,13 +293,21 @@ async fn authorize(
 }
 
 /// What the web sees of its pairing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginPairingStatus)]
 pub struct PairingStatus {
+    #[schema(value_type = PairingState)]
     pub state: String,
+    /// The authenticator's name once claimed.
+    #[schema(required = true)]
     pub name: Option<String>,
+    /// The six-digit code once claimed.
+    #[schema(required = true)]
     pub comparison: Option<String>,
+    #[schema(required = true)]
     pub device_id: Option<Uuid>,
+    /// The person the authenticator is enrolled for.
     pub user_id: Uuid,
 }
 

@@ -39,8 +39,9 @@ pub fn parse_category(value: &str) -> Option<AccountCategory> {
 }
 
 /// A started sign-in, as the browser keeps it.
-#[derive(Clone, PartialEq, Eq, Serialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginStartedLogin)]
 pub struct StartedLogin {
     pub request_id: Uuid,
     pub browser_secret: String,
@@ -151,8 +152,9 @@ fn category_of(candidate: &Candidate) -> Option<AccountCategory> {
 }
 
 /// A sign-in's state as the browser sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = CloudLoginState)]
 pub enum LoginState {
     Pending,
     Approved,

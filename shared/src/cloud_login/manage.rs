@@ -12,24 +12,36 @@ use super::{CloudLoginError, ManageActor, PAGE_SIZE, cleanup, config, recent, re
 use crate::Core;
 
 /// A device as its owner (or an administrator) sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginDevice)]
 pub struct DeviceView {
     pub id: Uuid,
+    /// The authenticator's name, 1 to 80 characters.
     pub name: String,
     pub created_at: DateTime<Utc>,
+    /// The last accepted signed command; `null` before the first.
+    #[schema(required = true)]
     pub last_used_at: Option<DateTime<Utc>>,
+    /// When the device was revoked; `null` while it is active.
+    #[schema(required = true)]
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Whether an administrator enrolled it for the person.
     pub assisted: bool,
 }
 
 const VIEW_COLUMNS: &str = "id, name, created_at, last_used_at, revoked_at, assisted";
 
 /// One page of devices, by id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CloudLoginDevicePage)]
 pub struct DevicePage {
+    /// At most 20 devices, by id.
+    #[schema(max_items = 20)]
     pub items: Vec<DeviceView>,
+    /// The `after` of the next page; `null` on the last.
+    #[schema(required = true)]
     pub next_cursor: Option<Uuid>,
 }
 
@@ -161,14 +173,17 @@ pub async fn admin_list(
 }
 
 /// What an administrator's revocation did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = CloudLoginAdminRevocation)]
 pub struct AdminRevocation {
     /// False when the device was already revoked (nothing changed, nobody is notified again).
     pub revoked: bool,
     pub device: RevokedDevice,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The revoked device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = CloudLoginRevokedDevice)]
 pub struct RevokedDevice {
     pub name: String,
 }

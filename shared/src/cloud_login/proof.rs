@@ -45,12 +45,21 @@ pub fn is_comparison(value: &str) -> bool {
 }
 
 /// A device's public key: a strict JWK of a P-256 point.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CloudLoginPublicKey)]
 pub struct PublicKeyJwk {
+    /// `EC`.
+    #[schema(pattern = "^EC$", example = "EC")]
     pub kty: String,
+    /// `P-256`.
+    #[schema(pattern = "^P-256$", example = "P-256")]
     pub crv: String,
+    /// The point's x coordinate: 32 bytes, unpadded base64url.
+    #[schema(pattern = "^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$")]
     pub x: String,
+    /// The point's y coordinate.
+    #[schema(pattern = "^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$")]
     pub y: String,
 }
 
@@ -104,14 +113,24 @@ pub fn verify(key: &PublicKeyJwk, message: &str, signature: &str) -> bool {
 }
 
 /// The claim of a pairing, as sent. Ids are kept as the device wrote them: the signature covers
-/// those exact characters.
-#[derive(Clone, PartialEq, Eq)]
+/// those exact characters. The body is exactly these five members ([`parse_claim`]).
+#[derive(Clone, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CloudLoginPairingClaim)]
 pub struct PairingClaim {
+    /// The pairing's id, as the link carried it.
+    #[schema(format = Uuid)]
     pub pairing_id: String,
+    /// The link's secret.
+    #[schema(pattern = "^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$")]
     pub secret: String,
     pub public_key: PublicKeyJwk,
     /// Trimmed, 1 to 80 characters.
+    #[schema(min_length = 1, max_length = 80)]
     pub name: String,
+    /// ES256 over `["cloud-app-approval-v1","pair",issuer,pairingId,secret,kty,crv,x,y,name]`:
+    /// 64 bytes `r‖s`, unpadded base64url.
+    #[schema(pattern = "^[A-Za-z0-9_-]{85}[AQgw]$")]
     pub signature: String,
 }
 
@@ -178,6 +197,72 @@ pub struct DeviceRequest {
     pub expires_at: i64,
     pub command: Command,
     pub signature: String,
+}
+
+/// The body of a device command as [`parse_device_request`] reads it (the API's document; the
+/// parser keeps the values exactly as sent, since the signature covers them).
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CloudLoginDeviceRequest)]
+pub struct DeviceRequestBody {
+    pub proof: DeviceProofBody,
+    /// ES256 over `["cloud-app-approval-v1","device",issuer,deviceId,jti,issuedAt,expiresAt,
+    /// operation]` (and for `decide` also `requestId, challenge, comparison, decision`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{85}[AQgw]$")]
+    pub signature: String,
+}
+
+/// What a device command signs.
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CloudLoginDeviceProof)]
+pub struct DeviceProofBody {
+    /// The installation's origin.
+    #[schema(format = "uri")]
+    pub issuer: String,
+    #[schema(format = Uuid)]
+    pub device_id: String,
+    /// A command id the device never used before.
+    #[schema(format = Uuid)]
+    pub jti: String,
+    /// Unix seconds: at most 60 s ago and 5 s ahead.
+    #[schema(minimum = 0)]
+    pub issued_at: i64,
+    /// Unix seconds: after now, at most 60 s after `issuedAt`.
+    #[schema(minimum = 1)]
+    pub expires_at: i64,
+    pub command: DeviceCommandBody,
+}
+
+/// The command of a device request.
+#[derive(utoipa::ToSchema)]
+#[serde(tag = "operation", rename_all = "lowercase", deny_unknown_fields)]
+#[schema(as = CloudLoginDeviceCommand)]
+pub enum DeviceCommandBody {
+    /// The sign-ins waiting for this person.
+    Pending,
+    /// The device removes itself.
+    Revoke,
+    /// Approve or deny one sign-in.
+    Decide {
+        #[serde(rename = "requestId")]
+        #[schema(format = Uuid)]
+        request_id: String,
+        #[schema(pattern = "^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$")]
+        challenge: String,
+        #[schema(pattern = "^[0-9]{6}$")]
+        comparison: String,
+        decision: Decision,
+    },
+}
+
+/// A sign-in's decision.
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = CloudLoginDecision)]
+pub enum Decision {
+    Approve,
+    Deny,
 }
 
 /// The message a device command signs.

@@ -64,14 +64,27 @@ impl<'de> Deserialize<'de> for Translations {
 }
 
 /// What an app publishes: every document of every locale, under its content hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = HelpCorpus)]
 pub struct Corpus {
+    /// The app of the path: a lowercase letter, then lowercase letters, digits and `-`.
+    #[schema(min_length = 1, max_length = 80, pattern = "^[a-z][a-z0-9-]*$")]
     pub app_id: String,
+    /// Hex SHA-256 of the JSON of `{revision: 1, appId, baseLocale, documents,
+    /// documentsByLocale}` (translations in case-insensitive locale order): the content's own
+    /// hash.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub manifest_hash: String,
+    /// A canonical BCP 47 tag (`en`, `de-CH`).
     pub base_locale: String,
+    /// The documents of the base locale: at least one.
+    #[schema(min_items = 1)]
     pub documents: Vec<CorpusDocument>,
+    /// Translations: a canonical BCP 47 tag (other than the base locale, each once) → documents
+    /// of the base locale in that language.
     #[serde(default)]
+    #[schema(value_type = Option<HashMap<String, Vec<CorpusDocument>>>)]
     pub documents_by_locale: Translations,
 }
 

@@ -31,8 +31,9 @@ struct Selected {
 }
 
 /// A document of the manifest (no body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = HelpManifestDocument)]
 pub struct ManifestDocument {
     pub id: String,
     pub title: String,
@@ -41,14 +42,18 @@ pub struct ManifestDocument {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub order: i32,
+    /// The locale of the version read (the first of the request's chain the app translates).
     pub locale: String,
+    /// `/api/help/v1/<appId>/search`.
     pub search_url: String,
+    /// `/api/help/v1/<appId>/documents/<documentId>`.
     pub url: String,
 }
 
 /// An app's Help as the viewer sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = HelpManifest)]
 pub struct Manifest {
     pub manifest_hash: String,
     pub page_base: String,
@@ -59,8 +64,9 @@ pub struct Manifest {
 }
 
 /// A document's metadata; [`HelpReader::read`] adds the body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = HelpListItem)]
 pub struct ListItem {
     pub app_id: String,
     pub app_name: String,
@@ -94,9 +100,12 @@ pub struct HelpRead {
 }
 
 /// A search hit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = HelpSearchItem)]
 pub struct SearchItem {
+    /// Always `help`.
+    #[schema(pattern = "^help$", example = "help")]
     pub kind: String,
     pub app_id: String,
     pub app_name: String,

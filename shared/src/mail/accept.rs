@@ -29,8 +29,9 @@ pub struct MailContext<'a> {
 }
 
 /// The result of `enqueue`: the batch and every message's id in input order.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MailEnqueued)]
 pub struct Enqueued {
     pub batch_id: Uuid,
     pub ids: Vec<Uuid>,

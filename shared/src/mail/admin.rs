@@ -1,10 +1,13 @@
 //! What administrators do with outgoing mail besides profiles: retention, reading and
 //! cancelling messages, and each app's profile access and log grants.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::locks::{self, MailLock, Mode};
@@ -25,10 +28,20 @@ fn bad(message: impl Into<String>) -> MailError {
     MailError::fault(MailCode::BadInput, message.into())
 }
 
-/// `{contentDays, recordDays}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `{contentDays, recordDays}`: how long message content and message records are kept. Strict:
+/// both fields, nothing else, and records kept at least as long as content (`recordDays` ≥
+/// `contentDays`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = MailRetention)]
 pub struct Retention {
+    /// Days until a message's text, HTML and headers are purged: a whole number from 1 to
+    /// 36500.
+    #[schema(minimum = 1, maximum = 36500)]
     pub content_days: i64,
+    /// Days until a message's record is deleted: a whole number from 1 to 36500, at least
+    /// `contentDays`.
+    #[schema(minimum = 1, maximum = 36500)]
     pub record_days: i64,
 }
 
@@ -115,8 +128,63 @@ pub async fn set_retention(
     Ok(new)
 }
 
+/// A message's content as an administrator reads it: purged by retention, or kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(as = MailMessageContent)]
+pub enum MessageContent {
+    Purged(PurgedContent),
+    Kept(KeptContent),
+}
+
+/// Retention purged the content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailPurgedContent)]
+pub struct PurgedContent {
+    /// Always `true`.
+    #[schema(schema_with = always_true)]
+    pub purged: bool,
+    pub content_purged_at: DateTime<Utc>,
+}
+
+/// The content as it was accepted (the HTML sanitised).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailKeptContent)]
+pub struct KeptContent {
+    /// Always `false`.
+    #[schema(schema_with = always_false)]
+    pub purged: bool,
+    #[schema(required = true)]
+    pub text: Option<String>,
+    #[schema(required = true)]
+    pub html: Option<String>,
+    /// The custom headers by name.
+    pub headers: BTreeMap<String, String>,
+}
+
+fn always_true() -> utoipa::openapi::schema::Object {
+    boolean_of(true)
+}
+
+fn always_false() -> utoipa::openapi::schema::Object {
+    boolean_of(false)
+}
+
+fn boolean_of(value: bool) -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Boolean)
+        .enum_values(Some([value]))
+        .build()
+}
+
 /// A message's content for an administrator (the read is audited).
-pub async fn content(pool: &PgPool, id: Uuid, admin: &AdminActor) -> Result<Value, MailError> {
+pub async fn content(
+    pool: &PgPool,
+    id: Uuid,
+    admin: &AdminActor,
+) -> Result<MessageContent, MailError> {
     let mut tx = pool.begin().await?;
     type Row = (
         String,
@@ -143,13 +211,18 @@ pub async fn content(pool: &PgPool, id: Uuid, admin: &AdminActor) -> Result<Valu
     audit::record(&mut tx, &event).await?;
     tx.commit().await?;
     Ok(match purged_at {
-        Some(at) => json!({"purged": true, "contentPurgedAt": at}),
-        None => {
-            let headers: BTreeMap<String, String> = super::record::stored_headers(headers.as_ref())
+        Some(at) => MessageContent::Purged(PurgedContent {
+            purged: true,
+            content_purged_at: at,
+        }),
+        None => MessageContent::Kept(KeptContent {
+            purged: false,
+            text,
+            html,
+            headers: super::record::stored_headers(headers.as_ref())
                 .into_iter()
-                .collect();
-            json!({"purged": false, "text": text, "html": html, "headers": headers})
-        }
+                .collect(),
+        }),
     })
 }
 
@@ -257,8 +330,58 @@ pub async fn cancel_batch(
     Ok(ids.len() as u64)
 }
 
+/// An app's profile access mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = MailAccessMode)]
+pub enum AccessMode {
+    /// Only the current default profile.
+    Default,
+    /// Exactly the selected profiles (none blocks sending).
+    Selected,
+}
+
 /// An app as the administrators' mail page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailAdminApp)]
+pub struct MailApp {
+    pub app_id: String,
+    /// The registry's name of the app (its id when it is not registered).
+    pub name: String,
+    /// Whether the app has a registry entry (Core always has).
+    pub registered: bool,
+    /// Whether it declares `mail:send`.
+    pub declared: bool,
+    pub mode: AccessMode,
+    /// The keys of its selected profiles, sorted.
+    pub profiles: Vec<String>,
+    /// Whether it declares `mail:read` (never for Core).
+    pub read_declared: bool,
+    /// The apps whose mail logs it may read, sorted.
+    pub log_apps: Vec<String>,
+}
+
+/// Every app of the mail page, and the default profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailAdminApps)]
+pub struct MailApps {
+    /// The key of the default profile, `null` when there is none.
+    #[schema(required = true)]
+    pub default_profile: Option<String>,
+    /// Sorted by name (ignoring case), then id.
+    pub items: Vec<MailApp>,
+}
+
+/// An app as the administrators' mail page shows it, as JSON.
 pub async fn admin_app(pool: &PgPool, app_id: &str) -> Result<Value, MailError> {
+    let app = mail_app(pool, app_id).await?;
+    Ok(serde_json::to_value(app).unwrap_or_default())
+}
+
+/// An app as the administrators' mail page shows it.
+pub async fn mail_app(pool: &PgPool, app_id: &str) -> Result<MailApp, MailError> {
     let entry = if app_id == CORE_APP_ID {
         None
     } else {
@@ -282,22 +405,28 @@ pub async fn admin_app(pool: &PgPool, app_id: &str) -> Result<Value, MailError> 
     .fetch_all(pool)
     .await?;
     let is_core = app_id == CORE_APP_ID;
-    Ok(json!({
-        "appId": app_id,
-        "name": entry.as_ref().map_or(app_id, |e| e.name.as_str()),
-        "registered": is_core || entry.is_some(),
-        "declared": is_core || permissions.iter().any(|p| p == SEND_PERMISSION),
+    Ok(MailApp {
+        app_id: app_id.to_string(),
+        name: entry
+            .as_ref()
+            .map_or(app_id, |e| e.name.as_str())
+            .to_string(),
+        registered: is_core || entry.is_some(),
+        declared: is_core || permissions.iter().any(|p| p == SEND_PERMISSION),
         // Core's own mail always uses the default profile.
-        "mode": if is_core { "default" } else { mode.as_deref().unwrap_or("default") },
-        "profiles": profiles,
-        "readDeclared": !is_core && permissions.iter().any(|p| p == READ_PERMISSION),
-        "logApps": log_apps_for(pool, app_id).await?,
-    }))
+        mode: match mode.as_deref() {
+            Some("selected") if !is_core => AccessMode::Selected,
+            _ => AccessMode::Default,
+        },
+        profiles,
+        read_declared: !is_core && permissions.iter().any(|p| p == READ_PERMISSION),
+        log_apps: log_apps_for(pool, app_id).await?,
+    })
 }
 
 /// Every app the mail page lists: registered apps, Core, and every holder of a policy or a
 /// grant, sorted by name, then id.
-pub async fn admin_apps(pool: &PgPool) -> Result<Value, MailError> {
+pub async fn admin_apps(pool: &PgPool) -> Result<MailApps, MailError> {
     let mut ids: Vec<String> = crate::registry::store::list_apps(pool)
         .await?
         .into_iter()
@@ -316,22 +445,53 @@ pub async fn admin_apps(pool: &PgPool) -> Result<Value, MailError> {
     ids.dedup();
     let mut items = Vec::with_capacity(ids.len());
     for id in ids {
-        items.push(admin_app(pool, &id).await?);
+        items.push(mail_app(pool, &id).await?);
     }
     items.sort_by(|a, b| {
-        let key = |v: &Value| {
-            (
-                v["name"].as_str().unwrap_or_default().to_lowercase(),
-                v["appId"].as_str().unwrap_or_default().to_string(),
-            )
-        };
+        let key = |app: &MailApp| (app.name.to_lowercase(), app.app_id.clone());
         key(a).cmp(&key(b))
     });
     let default: Option<String> =
         sqlx::query_scalar("SELECT key FROM outgoing_mail.profiles WHERE is_default")
             .fetch_optional(pool)
             .await?;
-    Ok(json!({"defaultProfile": default, "items": items}))
+    Ok(MailApps {
+        default_profile: default,
+        items,
+    })
+}
+
+/// The body of `PUT /api/admin/core/outgoing-mail/apps/{appId}` (checked by
+/// [`AccessInput::parse`]; any failure is `invalid_profile`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "mode", rename_all = "lowercase", deny_unknown_fields)]
+#[schema(as = MailAppAccessInput)]
+pub enum AccessBody {
+    /// Only the current default profile.
+    Default {},
+    /// Exactly these profiles.
+    Selected {
+        /// At most 100 distinct profile keys (an unknown one is `profile_unknown`).
+        #[schema(max_items = 100)]
+        profiles: BTreeSet<String>,
+    },
+}
+
+/// The body of `PUT /api/admin/core/outgoing-mail/apps/{appId}/log-access` (checked by
+/// [`parse_log_access`]; any failure is `bad_input`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = MailLogAccessInput)]
+pub struct LogAccessBody {
+    /// The apps whose logs the app may read from now on (its grants are replaced): at most 100
+    /// distinct app ids of 1–200 characters, neither `core` nor the app itself.
+    #[schema(
+        max_items = 100,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^(?!core$)"
+    )]
+    pub apps: BTreeSet<String>,
 }
 
 /// An app's profile access: `{mode: "default"}` or `{mode: "selected", profiles: [keys]}`.
@@ -383,7 +543,7 @@ pub async fn set_access(
     app_id: &str,
     input: AccessInput,
     admin: &AdminActor,
-) -> Result<Value, MailError> {
+) -> Result<MailApp, MailError> {
     if app_id == CORE_APP_ID || app_id.is_empty() || app_id.chars().count() > 200 {
         return Err(MailError::fault(
             MailCode::InvalidProfile,
@@ -438,7 +598,7 @@ pub async fn set_access(
         .meta("profiles", json!(keys));
     audit::record(&mut tx, &event).await?;
     tx.commit().await?;
-    admin_app(pool, app_id).await
+    mail_app(pool, app_id).await
 }
 
 /// Checks a grant body `{apps: [...]}` for `reader`.
@@ -491,7 +651,7 @@ pub async fn set_log_access(
     reader: &str,
     apps: Vec<String>,
     admin: &AdminActor,
-) -> Result<Value, MailError> {
+) -> Result<MailApp, MailError> {
     let mut tx = pool.begin().await?;
     locks::take(&mut tx, MailLock::Policy, Mode::Exclusive).await?;
     sqlx::query("DELETE FROM outgoing_mail.app_log_access WHERE app_id = $1")
@@ -514,5 +674,5 @@ pub async fn set_log_access(
         .meta("apps", json!(apps));
     audit::record(&mut tx, &event).await?;
     tx.commit().await?;
-    admin_app(pool, reader).await
+    mail_app(pool, reader).await
 }

@@ -26,12 +26,16 @@ pub const UPLOAD_BUDGET: Duration = Duration::from_secs(10);
 pub const UPLOAD_CLAIM_WINDOW: Duration = Duration::from_secs(60 * 60);
 
 /// What a message keeps of one attachment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MailAttachment)]
 pub struct AttachmentMeta {
     pub filename: String,
     pub content_type: String,
+    /// Bytes.
     pub size: u64,
+    /// The SHA-256 of the bytes, lowercase hex.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub sha256: String,
 }
 
@@ -142,10 +146,14 @@ pub async fn forget_expired(pool: &PgPool, batch: i64) -> Result<u64, MailError>
 }
 
 /// A presigned (or, locally, the runner's own) upload of one attachment of `size` bytes.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MailUpload)]
 pub struct Upload {
+    /// The id a message names in `attachments[].upload` (within an hour).
     pub upload: Uuid,
+    /// The reserved size: the upload may hold at most this many bytes.
+    #[schema(maximum = 26214400)]
     pub max_bytes: u64,
     #[serde(flatten)]
     pub target: PresignedUpload,

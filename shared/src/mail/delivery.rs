@@ -18,7 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
@@ -28,6 +28,7 @@ use uuid::Uuid;
 use super::locks::{self, MailLock, Mode};
 use super::objects::{MAX_OBJECT_BYTES, ObjectStore};
 use super::policy::{self, Caller};
+use super::record::MailFailure;
 use super::smtp::{self, Outgoing, OutgoingAttachment, Server};
 use super::{MESSAGES_TABLE, MailCode, MailError, MailObjects, attachments, rules, settle};
 use crate::outbox::drain::OutboxResolver;
@@ -197,12 +198,16 @@ fn to_outbox(error: MailError) -> OutboxError {
 }
 
 fn failures_json(failures: &[smtp::Rejection], at: DateTime<Utc>) -> Value {
-    Value::Array(
-        failures
-            .iter()
-            .map(|f| json!({"recipient": f.recipient, "reason": f.reason, "at": at.to_rfc3339()}))
-            .collect(),
-    )
+    let failures: Vec<MailFailure> = failures
+        .iter()
+        .map(|f| MailFailure {
+            recipient: f.recipient.clone(),
+            reason: f.reason.clone(),
+            at: at.to_rfc3339(),
+        })
+        .collect();
+    // A list of strings always serialises.
+    serde_json::to_value(failures).unwrap_or_default()
 }
 
 /// The profile as an attempt connects with it.
@@ -972,6 +977,7 @@ impl OutboxResolver for MailDelivery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn wakeups_name_a_message_a_profile_or_the_recovery_scan() {

@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
+use utoipa::ToSchema;
 
 use super::policy::Caller;
-use super::record::{MESSAGE_COLUMNS, MessageRow};
+use super::record::{AdminRecord, AppRecord, MESSAGE_COLUMNS, MessageRow};
 use super::validate::{self, Cursor, MailFilter, PageParams};
 use super::{CORE_APP_ID, MailCode, MailError};
 use crate::db::{self, DbError};
@@ -57,20 +58,69 @@ pub struct MailPage {
 }
 
 impl MailPage {
-    /// `{items, page, perPage, total, hasNext, nextCursor?}` with records as `caller` sees them.
-    pub fn to_json(&self, item: impl Fn(&MessageRow) -> Value) -> Value {
-        let mut body = json!({
-            "items": self.rows.iter().map(item).collect::<Vec<_>>(),
-            "page": self.page,
-            "perPage": self.per_page,
-            "total": self.total,
-            "hasNext": self.has_next,
-        });
-        if let Some(cursor) = &self.next_cursor {
-            body["nextCursor"] = json!(cursor);
+    /// The page as an app reads it (`text` only on the caller's own rows).
+    pub fn for_app(&self, caller: &str) -> AppRecordPage {
+        AppRecordPage {
+            items: self.rows.iter().map(|row| row.for_app(caller)).collect(),
+            page: self.page,
+            per_page: self.per_page,
+            total: self.total,
+            has_next: self.has_next,
+            next_cursor: self.next_cursor.clone(),
         }
-        body
     }
+
+    /// The page as an administrator reads it.
+    pub fn for_admin(&self) -> AdminRecordPage {
+        AdminRecordPage {
+            items: self.rows.iter().map(MessageRow::for_admin).collect(),
+            page: self.page,
+            per_page: self.per_page,
+            total: self.total,
+            has_next: self.has_next,
+            next_cursor: self.next_cursor.clone(),
+        }
+    }
+}
+
+/// One page of an app's log listing: newest first (then by id).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailRecordPage)]
+pub struct AppRecordPage {
+    pub items: Vec<AppRecord>,
+    /// The page number (1-based; a cursor carries its own).
+    #[schema(minimum = 1)]
+    pub page: i64,
+    #[schema(minimum = 1, maximum = 100)]
+    pub per_page: i64,
+    /// How many records match, on all pages.
+    #[schema(minimum = 0)]
+    pub total: i64,
+    pub has_next: bool,
+    /// The cursor of the next page, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One page of the administrators' log listing: newest first (then by id).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailAdminRecordPage)]
+pub struct AdminRecordPage {
+    pub items: Vec<AdminRecord>,
+    /// The page number (1-based; a cursor carries its own).
+    #[schema(minimum = 1)]
+    pub page: i64,
+    #[schema(minimum = 1, maximum = 100)]
+    pub per_page: i64,
+    /// How many records match, on all pages.
+    #[schema(minimum = 0)]
+    pub total: i64,
+    pub has_next: bool,
+    /// The cursor of the next page, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// What a log query selects; the app API and the admin API fill it differently.

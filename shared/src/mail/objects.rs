@@ -61,12 +61,19 @@ pub struct StoredObject {
 
 /// A presigned upload the app performs itself (PUT `url` with `headers`, body exactly `size`
 /// bytes).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MailPresignedUpload)]
 pub struct PresignedUpload {
+    /// Always `PUT`.
+    #[schema(value_type = String, pattern = "^PUT$")]
     pub method: &'static str,
+    /// Where to send the bytes: the object store's presigned URL, or locally
+    /// `/api/mail/v1/uploads/{id}` (with the app's credential).
     pub url: String,
+    /// The headers to send with the bytes (lowercase names).
     pub headers: BTreeMap<String, String>,
+    /// When the URL stops working.
     pub expires_at: DateTime<Utc>,
 }
 

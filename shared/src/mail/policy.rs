@@ -247,21 +247,33 @@ pub fn check_quota(limit: Option<i32>, used: i64, requested: i64) -> Result<(), 
 }
 
 /// A profile as `profiles()` shows it to an app.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MailUsableProfile)]
 pub struct UsableProfile {
     pub key: String,
     pub name: String,
+    /// The sender address.
     pub from: String,
+    /// Whether it is the default profile (used when a message names none).
     pub default: bool,
+    /// The most bytes the attachments of one message may hold together.
+    #[schema(minimum = 1, maximum = 26214400)]
     pub max_attachment_bytes: i32,
     pub quota: Quota,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The app's daily recipient quota on a profile.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MailQuota)]
 pub struct Quota {
+    /// Recipients per 24 hours, or `null` for no limit.
+    #[schema(required = true, minimum = 1)]
     pub daily_recipients: Option<i32>,
+    /// Recipients of the app's messages through the profile in the last 24 hours (cancelled
+    /// messages do not count).
+    #[schema(minimum = 0)]
     pub used_last24h: i64,
 }
 

@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::PgPool;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::locks::{self, MailLock, Mode};
@@ -59,27 +61,59 @@ pub struct ProfileInput {
     pub revision: Option<i32>,
 }
 
-#[derive(Deserialize)]
+/// A profile as an administrator writes it. Strict: unknown fields are refused; any failure is
+/// `invalid_profile` "<path>: <issue>". Creating a profile takes no `revision`; replacing one
+/// takes its current `revision` (missing: `profile_exists`, stale: `revision_conflict`).
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawProfile {
+#[schema(as = MailProfileInput)]
+pub struct RawProfile {
+    /// 1–120 characters on one line once surrounding whitespace is trimmed.
+    #[schema(pattern = r"^\s*[^\s\u0000](?:[^\r\n\u0000]{0,118}[^\s\u0000])?\s*$")]
     name: String,
+    /// The sender address: an HTML5 "valid e-mail address" of at most 320 characters.
+    #[schema(
+        max_length = 320,
+        pattern = r"^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
+    )]
     from_address: String,
+    /// The sender's display name: 1–120 characters on one line once surrounding whitespace is
+    /// trimmed; `null` or absent for the profile's name.
     #[serde(default)]
+    #[schema(pattern = r"^\s*[^\s\u0000](?:[^\r\n\u0000]{0,118}[^\s\u0000])?\s*$")]
     from_name: Option<String>,
+    /// The SMTP server's host name: at most 253 bytes without whitespace, `/`, `@` or NUL
+    /// (surrounding whitespace trimmed).
+    #[schema(pattern = r"^\s*[^\s/@\u0000]{1,253}\s*$")]
     smtp_host: String,
+    #[schema(minimum = 1, maximum = 65535)]
     smtp_port: i64,
+    /// `true`: implicit TLS; `false`: STARTTLS when the server offers it.
     smtp_secure: bool,
+    /// The SMTP user (empty or `null`: no authentication): at most 320 characters on one line.
     #[serde(default)]
+    #[schema(max_length = 320, pattern = r"^[^\r\n\u0000]*$")]
     smtp_user: Option<String>,
+    /// Absent: keep the stored password; `null`: clear it; a string: replace it (at most 16384
+    /// characters, no NUL). A new `smtpHost` needs it again when a password is stored.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, max_length = 16384, pattern = r"^[^\u0000]*$")]
     smtp_password: Option<Option<String>>,
+    /// Messages per minute of the bulk lane (default 60).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 6000)]
     pace_per_minute: Option<i64>,
+    /// Recipients per app and 24 hours; absent or `null` for no limit.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2147483647)]
     daily_recipient_limit: Option<i64>,
+    /// The most bytes the attachments of one message may hold together (default 15728640).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 26214400)]
     max_attachment_bytes: Option<i64>,
+    /// The revision being replaced.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2147483647)]
     revision: Option<i64>,
 }
 
@@ -189,29 +223,66 @@ impl ProfileInput {
     }
 }
 
-/// A profile as administrators read it (never the password, only whether one is stored), with
-/// how many apps have it among their selected profiles.
-pub fn admin_json(profile: &ProfileRow, app_count: i64) -> Value {
-    json!({
-        "key": profile.key,
-        "name": profile.name,
-        "fromAddress": profile.from_address,
-        "fromName": profile.from_name,
-        "smtpHost": profile.smtp_host,
-        "smtpPort": profile.smtp_port,
-        "smtpSecure": profile.smtp_secure,
-        "smtpUser": profile.smtp_user,
-        "hasPassword": profile.has_password,
-        "pacePerMinute": profile.pace_per_minute,
-        "dailyRecipientLimit": profile.daily_recipient_limit,
-        "maxAttachmentBytes": profile.max_attachment_bytes,
-        "isDefault": profile.is_default,
-        "revision": profile.revision,
-        "createdAt": profile.created_at,
-        "updatedAt": profile.updated_at,
-        "updatedBy": profile.updated_by,
-        "appCount": app_count,
-    })
+/// A profile as administrators read it: never the password, only whether one is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = MailAdminProfile)]
+pub struct AdminProfile {
+    pub key: String,
+    pub name: String,
+    pub from_address: String,
+    #[schema(required = true)]
+    pub from_name: Option<String>,
+    pub smtp_host: String,
+    #[schema(minimum = 1, maximum = 65535)]
+    pub smtp_port: i32,
+    pub smtp_secure: bool,
+    #[schema(required = true)]
+    pub smtp_user: Option<String>,
+    pub has_password: bool,
+    #[schema(minimum = 1, maximum = 6000)]
+    pub pace_per_minute: i32,
+    #[schema(required = true, minimum = 1)]
+    pub daily_recipient_limit: Option<i32>,
+    #[schema(minimum = 1, maximum = 26214400)]
+    pub max_attachment_bytes: i32,
+    pub is_default: bool,
+    /// Bumped by every change; a replacement names the revision it replaces.
+    #[schema(minimum = 1)]
+    pub revision: i32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The uid of the administrator who changed it last.
+    #[schema(required = true)]
+    pub updated_by: Option<String>,
+    /// How many apps have it among their selected profiles.
+    #[schema(minimum = 0)]
+    pub app_count: i64,
+}
+
+/// A profile as administrators read it, with how many apps have it among their selected
+/// profiles.
+pub fn admin_view(profile: &ProfileRow, app_count: i64) -> AdminProfile {
+    AdminProfile {
+        key: profile.key.clone(),
+        name: profile.name.clone(),
+        from_address: profile.from_address.clone(),
+        from_name: profile.from_name.clone(),
+        smtp_host: profile.smtp_host.clone(),
+        smtp_port: profile.smtp_port,
+        smtp_secure: profile.smtp_secure,
+        smtp_user: profile.smtp_user.clone(),
+        has_password: profile.has_password,
+        pace_per_minute: profile.pace_per_minute,
+        daily_recipient_limit: profile.daily_recipient_limit,
+        max_attachment_bytes: profile.max_attachment_bytes,
+        is_default: profile.is_default,
+        revision: profile.revision,
+        created_at: profile.created_at,
+        updated_at: profile.updated_at,
+        updated_by: profile.updated_by.clone(),
+        app_count,
+    }
 }
 
 /// How many apps have each profile among their selected profiles.

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::{MailCode, MailFault};
@@ -171,26 +172,35 @@ impl fmt::Debug for AttachmentSource {
 }
 
 /// What the app's own records call this message (`ref`), for finding it again in the log.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MailRef {
+    /// 1–200 characters, no NUL.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
     pub scope: String,
+    /// 1–200 characters, no NUL.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
     pub id: String,
 }
 
 /// Who asked the app to send, snapshotted into the row and the audit.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MailActor {
     #[serde(rename = "type")]
     pub kind: ActorKind,
+    /// The user's or service account's id: 1–200 characters, no NUL.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
     pub id: String,
+    /// A display name: at most 200 characters on one line (no CR, LF or NUL).
+    #[schema(max_length = 200, pattern = r"^[^\r\n\u0000]*$")]
     pub name: Option<String>,
 }
 
 /// The kind of actor, as JSON and as stored: `user` or `service_account`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[schema(as = MailActorKind)]
 pub enum ActorKind {
     User,
     ServiceAccount,
@@ -205,31 +215,153 @@ impl ActorKind {
     }
 }
 
-#[derive(Deserialize)]
+/// One message as an app hands it (`send`, and each item of `enqueue`). Strict: unknown fields
+/// are refused, and `null` counts as an absent optional field. Any failure is `bad_input`
+/// "Invalid outgoing mail message." without saying which field failed.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawMessage {
+#[schema(as = MailMessage)]
+pub struct RawMessage {
+    /// 1–50 recipients, each an HTML5 "valid e-mail address" of at most 320 characters.
+    #[schema(
+        min_items = 1,
+        max_items = 50,
+        max_length = 320,
+        pattern = r"^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
+    )]
     to: Vec<String>,
+    /// At most 998 characters on one line (no CR, LF or NUL); may be empty.
+    #[schema(max_length = 998, pattern = r"^[^\r\n\u0000]*$")]
     subject: String,
+    /// The plain text: at most 512 KiB of UTF-8 (524288 bytes), no NUL.
+    #[schema(max_length = 524288, pattern = r"^[^\u0000]*$")]
     text: String,
+    /// An HTML alternative (sanitised when stored; never listed): at most 512 KiB of UTF-8
+    /// (524288 bytes), no NUL.
+    #[schema(max_length = 524288, pattern = r"^[^\u0000]*$")]
     html: Option<String>,
+    /// The sender's display name (the address is the profile's): at most 998 characters on one
+    /// line.
+    #[schema(max_length = 998, pattern = r"^[^\r\n\u0000]*$")]
     from_name: Option<String>,
+    /// One address, as for `to`.
+    #[schema(
+        max_length = 320,
+        pattern = r"^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
+    )]
     reply_to: Option<String>,
+    /// At most 20 attachments; their total size is limited by the profile's
+    /// `maxAttachmentBytes` (`attachments_too_large`).
+    #[schema(max_items = 20)]
     attachments: Option<Vec<RawAttachment>>,
+    /// Custom headers by name: `X-*` (not `X-Cloud-*`) and `List-Id`, `List-Unsubscribe`,
+    /// `List-Unsubscribe-Post`, `In-Reply-To`, `References`, `Auto-Submitted`, `Precedence`,
+    /// ignoring case, each name once ignoring case; values on one line. All of them together, as
+    /// `name: value\r\n` each, hold at most 8192 bytes.
+    #[schema(schema_with = custom_headers_schema)]
     headers: Option<Map<String, Value>>,
+    /// The profile to send with (else the default): a profile key.
+    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$")]
     profile: Option<String>,
     #[serde(rename = "ref")]
     reference: Option<MailRef>,
     actor: Option<MailActor>,
+    /// An idempotency key of the app (case-sensitive): a known key answers its message as it
+    /// is. 1–200 characters, no NUL.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
     key: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The OpenAPI schema of a message's custom headers (see [`RawMessage`]).
+fn custom_headers_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(
+            [Type::Object, Type::Null]
+                .into_iter()
+                .collect::<SchemaType>(),
+        )
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(HEADER_NAME_PATTERN)),
+        ))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(ONE_LINE_PATTERN)),
+        ))
+        .description(Some(
+            "Custom headers by name: `X-*` (not `X-Cloud-*`) and `List-Id`, `List-Unsubscribe`, \
+             `List-Unsubscribe-Post`, `In-Reply-To`, `References`, `Auto-Submitted`, \
+             `Precedence`, ignoring case, each name once ignoring case; values on one line. All of \
+             them together, as `name: value\\r\\n` each, hold at most 8192 bytes.",
+        ))
+        .build()
+}
+
+/// A custom header name an app may set ([`is_header_name`], [`is_allowed_header`]).
+const HEADER_NAME_PATTERN: &str = "^(?:[Xx]-(?![Cc][Ll][Oo][Uu][Dd]-)[!-9;-~]*|[Ll][Ii][Ss][Tt]-[Ii][Dd]|[Ll][Ii][Ss][Tt]-[Uu][Nn][Ss][Uu][Bb][Ss][Cc][Rr][Ii][Bb][Ee](?:-[Pp][Oo][Ss][Tt])?|[Ii][Nn]-[Rr][Ee][Pp][Ll][Yy]-[Tt][Oo]|[Rr][Ee][Ff][Ee][Rr][Ee][Nn][Cc][Ee][Ss]|[Aa][Uu][Tt][Oo]-[Ss][Uu][Bb][Mm][Ii][Tt][Tt][Ee][Dd]|[Pp][Rr][Ee][Cc][Ee][Dd][Ee][Nn][Cc][Ee])$";
+/// Text on one line: no CR, LF or NUL ([`has_line_break_or_nul`]).
+const ONE_LINE_PATTERN: &str = r"^[^\r\n\u0000]*$";
+
+/// An attachment of a message: its bytes inline (`content`) or an upload made before
+/// (`upload`), exactly one of the two.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawAttachment {
+#[schema(as = MailAttachmentInput)]
+pub struct RawAttachment {
+    /// 1–998 characters on one line (no CR, LF or NUL).
+    #[schema(min_length = 1, max_length = 998, pattern = r"^[^\r\n\u0000]*$")]
     filename: String,
+    /// 1–998 characters on one line (no CR, LF or NUL).
+    #[schema(min_length = 1, max_length = 998, pattern = r"^[^\r\n\u0000]*$")]
     content_type: String,
+    /// The bytes in standard, padded base64 (at most 25 MiB decoded; the request itself is at
+    /// most 4 MiB: larger attachments go through an upload). Not together with `upload`.
+    #[schema(
+        content_encoding = "base64",
+        pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     content: Option<String>,
+    /// The id of an upload of this app (`POST /api/mail/v1/uploads`) no message has used yet,
+    /// created within the last hour, in its hyphenated form. Not together with `content`.
+    #[schema(
+        format = Uuid,
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     upload: Option<String>,
+}
+
+/// A batch as an app hands it to `enqueue`: 1–1000 messages whose keys, where given, are
+/// distinct (case-sensitively). Any failure is `bad_input` "Provide 1–1000 valid messages
+/// with distinct keys.".
+pub struct MailBatch;
+
+impl utoipa::PartialSchema for MailBatch {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::ArrayBuilder;
+        ArrayBuilder::new()
+            .items(utoipa::openapi::Ref::from_schema_name(RawMessage::name()))
+            .min_items(Some(1))
+            .max_items(Some(MAX_BATCH))
+            .description(Some(
+                "1–1000 messages whose keys, where given, are distinct (case-sensitively).",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for MailBatch {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        schemas.push((RawMessage::name().into_owned(), RawMessage::schema()));
+        RawMessage::schemas(schemas);
+    }
 }
 
 /// Parses one message (spec mail §3). Any failure is `bad_input` [`INVALID_MESSAGE`].
@@ -429,7 +561,7 @@ pub fn is_searchable(q: &str) -> bool {
 }
 
 /// A message's delivery state (`outgoing_mail.messages.status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MailStatus {
     Queued,

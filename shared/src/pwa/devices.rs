@@ -193,14 +193,18 @@ pub async fn revoke_device(
 }
 
 /// A device as lists show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = PwaDevice)]
 pub struct DeviceItem {
     pub id: Uuid,
+    /// The device's name, 1 to 80 characters.
     pub name: String,
+    #[schema(value_type = super::Platform)]
     pub platform: String,
     pub created_at: DateTime<Utc>,
     pub last_used_at: DateTime<Utc>,
+    /// Whether this is the device of the app session the request also carries.
     pub current: bool,
 }
 

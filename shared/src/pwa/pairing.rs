@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{FromRow, PgConnection};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::devices::{self, DeviceRow, RevokeBy};
@@ -25,12 +26,18 @@ use crate::identity::{IssueOptions, Purpose};
 use crate::telemetry::metrics;
 
 /// A started pairing; the only time the link secret leaves the server.
-#[derive(Clone, PartialEq, Eq, Serialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = PwaStartedPairing)]
 pub struct StartedPairing {
+    /// The pairing's id (the web's later requests name it).
     pub id: Uuid,
+    /// The link secret for the phone (shown as a QR code, `/pwa/#pair=<secret>`): 43 base64url
+    /// characters.
     pub secret: String,
+    /// Until when a phone can claim the pairing (5 minutes).
     pub claim_until: DateTime<Utc>,
+    /// When the pairing ends (10 minutes).
     pub expires_at: DateTime<Utc>,
 }
 
@@ -41,25 +48,49 @@ impl std::fmt::Debug for StartedPairing {
 }
 
 /// What the web sees of its pairing (never the code).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = PwaPairingStatus)]
 pub struct PairingStatus {
+    #[schema(value_type = PairingState)]
     pub state: String,
     pub claim_until: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// The claiming phone; `null` while the pairing is pending.
+    #[schema(required = true)]
     pub device: Option<DeviceSummary>,
+    /// Wrong codes the web may still type.
+    #[schema(minimum = 0, maximum = 3)]
     pub attempts_left: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The states of a pairing (`auth.pwa_pairings.state`), as [`PairingStatus`] names them.
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = PwaPairingState)]
+pub enum PairingState {
+    Pending,
+    Claimed,
+    Confirmed,
+    Completed,
+    Cancelled,
+}
+
+/// The phone that claimed a pairing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = PwaDeviceSummary)]
 pub struct DeviceSummary {
+    /// The device's name ("iPhone", "iPad", "Android" or "Phone").
     pub name: String,
+    #[schema(value_type = super::Platform)]
     pub platform: String,
 }
 
 /// The account a phone is pairing with, as the phone shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = PwaAccountName)]
 pub struct AccountName {
+    /// The display name, else the uid.
     pub name: String,
 }
 

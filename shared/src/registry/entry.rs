@@ -4,6 +4,8 @@
 //! releases. Fields the validation checks are typed strictly; optional fields added by later
 //! releases are read leniently (a wrong type reads as absent), so one odd field never hides an app.
 
+use std::collections::HashMap;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
@@ -30,140 +32,209 @@ where
 }
 
 /// One running app, as published by its heartbeat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The schema is what [`validate_entry`] and the publication rules ([`super::rules`]) accept:
+/// fields they do not name are kept as written, and an optional field they check may be absent
+/// but not `null`. The whole entry is at most 65 536 bytes of JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppRegistryEntry {
+    /// The app id: a lowercase letter, then lowercase letters, digits and `-`.
+    #[schema(min_length = 1, max_length = 80, pattern = "^[a-z][a-z0-9-]*$")]
     pub id: String,
+    #[schema(min_length = 1)]
     pub name: String,
+    #[schema(min_length = 1)]
     pub icon: String,
+    #[schema(min_length = 1)]
     pub description: String,
-    /// Where the app serves HTTP (scheme, host, port and an optional path prefix).
+    /// Where the app serves HTTP (scheme, host, port and an optional path prefix): an `http` or
+    /// `https` URL with a host and without user name or password.
+    #[schema(min_length = 1, example = "http://app-inventory:3000")]
     pub base_url: String,
-    /// Top-level path prefixes the gateway routes to this app.
+    /// Top-level path prefixes the gateway routes to this app: at most 50 same-origin paths
+    /// without query, fragment, `%` or dot segments. None may be `/` or `/api`, be or lie below
+    /// one of Core's paths (`/api/auth`, `/pwa/_auth`, `/pwa/manifest.webmanifest`,
+    /// `/pwa/sw.js`, `/branding`, `/.well-known`, `/api/registry`, `/api/widgets`, `/api/help`,
+    /// `/api/mail`, `/api/admin/core`, `/api/accounts/users`, `/api/_internal`, `/healthz`,
+    /// `/_local`; compared case-insensitively), and below `/pwa` an app other than `pwa` may
+    /// claim only `/pwa/<its id>`.
+    #[schema(max_items = 50, value_type = Vec<RoutePrefix>)]
     pub routes: Vec<String>,
+    /// The platform permissions the app asks for.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<Vec<PlatformPermission>>, nullable = false)]
     pub platform_permissions: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub presentation: Option<AppPresentation>,
+    /// Free-form appearance hints (for example `{"accent": "#0d9488"}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
     pub appearance: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub runtime: Option<AppRuntime>,
-    /// Process start (epoch milliseconds) reported by the app.
+    /// Process start (epoch milliseconds) reported by the app: a finite number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub started_at: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub nav: Option<AppNav>,
+    /// The app's groups in the admin navigation: at most 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<AdminNavGroup>>, nullable = false, max_items = 50)]
     pub admin_nav: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub capabilities: Option<CapabilitySummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub help: Option<HelpSummary>,
+    /// The app's published skills (`{manifestHash}`); a value of another shape reads as absent.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<Value>)]
     pub skills: Option<SkillsSummary>,
+    /// At most 50 links.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, max_items = 50)]
     pub legal_links: Option<Vec<LegalLink>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<SearchLink>>, nullable = false)]
     pub search_links: Option<Vec<Value>>,
-    /// The app's part of the mobile app: `href` is `/pwa/<id>`.
+    /// The app's part of the mobile app (`{href: "/pwa/<id>", requiresRoles?}`); a value of
+    /// another shape reads as absent.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<Value>)]
     pub pwa: Option<PwaPart>,
+    /// The app's dashboard widgets: at most 20.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, max_items = 20)]
     pub widgets: Option<Vec<RegistryWidget>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub setting_keys: Option<Vec<String>>,
+    /// Where the app serves its OpenAPI document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub openapi: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
     pub cli_modules: Option<Value>,
 }
 
 /// Localised names and descriptions: `translations` maps a locale to a partial overlay.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RegistryPresentation)]
 pub struct AppPresentation {
     pub base_locale: String,
+    /// Locale → the overlay of that language.
+    #[schema(value_type = HashMap<String, PresentationOverlay>)]
     pub translations: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RegistryRuntime)]
 pub struct AppRuntime {
+    /// The app's version; a value that is not a string reads as absent.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<Value>)]
     pub version: Option<String>,
+    #[schema(min_length = 1)]
     pub release: String,
+    #[schema(min_length = 1)]
     pub sync_version: String,
 }
 
 /// Where an app sits in the navigation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RegistryNav)]
 pub struct AppNav {
+    /// The app's link: empty (no link: reached only through `adminHref`), a same-origin path
+    /// or an `http(s)` URL with a host and no credentials; no control characters; at most
+    /// 2000 characters.
+    #[schema(value_type = LinkHref)]
     pub href: String,
+    /// The path prefix that marks the entry active; a value that is not a string reads as absent.
     #[serde(
         default,
         rename = "match",
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<Value>)]
     pub match_prefix: Option<String>,
     pub section: NavSection,
+    /// A value that is not a boolean reads as absent.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<Value>)]
     pub requires_auth: Option<bool>,
     /// Role names as the app wrote them; names this release does not know never match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub requires_roles: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
     pub badge: Option<Value>,
+    /// The app's page in the admin area: a link as `href`.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<LinkHref>, nullable = false)]
     pub admin_href: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = RegistryNavSection)]
 pub enum NavSection {
     Primary,
     More,
     Hidden,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RegistryCapabilities)]
 pub struct CapabilitySummary {
     pub protocol_version: f64,
     pub manifest_hash: String,
 }
 
 /// The app's published Help corpus: its content hash, page base and base locale.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RegistryHelpSummary)]
 pub struct HelpSummary {
     pub manifest_hash: String,
+    /// Where the app serves its Help pages: a path.
+    #[schema(pattern = "^/")]
     pub page_base: String,
     pub base_locale: String,
 }
@@ -174,12 +245,15 @@ pub struct SkillsSummary {
     pub manifest_hash: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RegistryLegalLink)]
 pub struct LegalLink {
     pub label: String,
+    #[schema(value_type = LinkHref)]
     pub href: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub icon: Option<String>,
 }
 
@@ -193,14 +267,158 @@ pub struct PwaPart {
 
 /// A widget as declared in the registry. Beyond `id` and `path`, fields are kept as written: a
 /// record from another release may carry odd values, which degrade to defaults when the widget
-/// is resolved rather than hiding it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// is resolved rather than hiding it (`title` ≤ 80 and `description` ≤ 200 characters,
+/// `sizes` of `small`, `medium`, `large`, `defaultSize`, `suggest`, `requiresRoles`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RegistryWidget {
     pub id: String,
+    /// The app's public handler of the widget.
     pub path: String,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub declared: Map<String, Value>,
+}
+
+/// The pattern of a [`LinkHref`]: what [`super::rules::is_safe_link`] accepts, or empty.
+pub const LINK_HREF_PATTERN: &str = r"^(|/([^/\\\x00-\x20\x7F-\x9F][^\\\x00-\x20\x7F-\x9F]*)?| *[Hh][Tt][Tt][Pp][Ss]?:[^\x00-\x1F\x7F-\x9F]*)$";
+/// The pattern of a [`RoutePrefix`]: a same-origin path without backslash, ASCII whitespace,
+/// `?`, `#` or `%` (dot segments and Core's paths are refused too, which it does not say).
+pub const ROUTE_PREFIX_PATTERN: &str = r"^/([^/\\?#%\t\n\x0B\x0C\r ][^\\?#%\t\n\x0B\x0C\r ]*)?$";
+
+/// A link of the registry entry (`nav.href`, `nav.adminHref`, `adminNav[].links[].href`,
+/// `legalLinks[].href`), as a schema: empty (no link), a same-origin path (`/…`, not `//…`, no
+/// backslash or whitespace) or an `http(s)` URL with a host and no credentials; no control
+/// characters; at most 2000 characters.
+pub struct LinkHref;
+
+impl utoipa::PartialSchema for LinkHref {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .description(Some(
+                "A link: empty (no link), a same-origin path (`/…`, not `//…`, without backslash \
+                 or whitespace) or an `http(s)` URL with a host and without user name or \
+                 password; no control characters; at most 2000 characters.",
+            ))
+            .max_length(Some(super::rules::MAX_HREF_CHARS))
+            .pattern(Some(LINK_HREF_PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for LinkHref {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "RegistryLinkHref".into()
+    }
+}
+
+/// A route prefix an app claims, as a schema (see [`super::rules::route_refusal`]).
+pub struct RoutePrefix;
+
+impl utoipa::PartialSchema for RoutePrefix {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .description(Some(
+                "A path prefix the gateway routes to the app: a same-origin path (`/…`, not \
+                 `//…`) without backslash, whitespace, `?`, `#`, `%` or dot segments, outside \
+                 Core's paths.",
+            ))
+            .pattern(Some(ROUTE_PREFIX_PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for RoutePrefix {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "RegistryRoutePrefix".into()
+    }
+}
+
+/// A platform permission an app may ask for: sending outgoing mail, and reading the mail logs
+/// other apps granted.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(as = RegistryPlatformPermission)]
+pub enum PlatformPermission {
+    #[schema(rename = "mail:send")]
+    MailSend,
+    #[schema(rename = "mail:read")]
+    MailRead,
+}
+
+/// A translation overlay of the presentation: `name` and `description` are strings,
+/// `adminGroups`, `adminLinks`, `legalLinks` and `searchLinks` maps of strings; other fields
+/// (`widgets`, `searchLinkDescriptions`, …) are kept as written.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(rename_all = "camelCase", as = RegistryPresentationOverlay)]
+pub struct PresentationOverlay {
+    #[schema(nullable = false)]
+    name: Option<String>,
+    #[schema(nullable = false)]
+    description: Option<String>,
+    #[schema(nullable = false)]
+    admin_groups: Option<HashMap<String, String>>,
+    #[schema(nullable = false)]
+    admin_links: Option<HashMap<String, String>>,
+    #[schema(nullable = false)]
+    legal_links: Option<HashMap<String, String>>,
+    #[schema(nullable = false)]
+    search_links: Option<HashMap<String, String>>,
+}
+
+/// A group of the admin navigation.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(as = RegistryAdminNavGroup)]
+pub struct AdminNavGroup {
+    #[schema(nullable = false)]
+    id: Option<String>,
+    /// Only `ai` (the group sits in the AI section).
+    #[schema(value_type = Option<AdminNavSection>, nullable = false)]
+    section: Option<String>,
+    label: String,
+    /// At most 50 links.
+    #[schema(max_items = 50)]
+    links: Vec<AdminNavLink>,
+}
+
+/// The section an admin navigation group may name.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(rename_all = "lowercase", as = RegistryAdminNavSection)]
+pub enum AdminNavSection {
+    Ai,
+}
+
+/// A link of an admin navigation group.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(as = RegistryAdminNavLink)]
+pub struct AdminNavLink {
+    label: String,
+    #[schema(value_type = LinkHref)]
+    href: String,
+    icon: String,
+}
+
+/// A link the shell's search offers.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(as = RegistrySearchLink)]
+pub struct SearchLink {
+    /// Not blank.
+    #[schema(pattern = "\\S")]
+    label: String,
+    /// A same-origin path: `/…`, not `//…`, without backslash or whitespace.
+    #[schema(pattern = "^/([^/\\\\\\t\\n\\x0B\\x0C\\r ][^\\\\\\t\\n\\x0B\\x0C\\r ]*)?$")]
+    href: String,
+    #[schema(nullable = false)]
+    icon: Option<String>,
+    #[schema(nullable = false)]
+    keywords: Option<Vec<String>>,
 }
 
 impl AppRegistryEntry {

@@ -21,21 +21,29 @@ const MAX_PILLS: usize = 50;
 #[error("widget response is invalid at {0}")]
 pub struct SchemaViolation(pub String);
 
-/// A widget's answer, stripped to the contract.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A widget's answer, stripped to the contract. String limits count UTF-16 code units (so a
+/// limit of N allows at most N characters); links are at most 2048 long and resolve to http(s).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct WidgetResponse {
+    #[schema(max_length = 500)]
     pub title: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 120, nullable = false)]
     pub icon: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 2048, nullable = false)]
     pub href: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500, nullable = false)]
     pub meta: Option<String>,
+    #[schema(max_items = 24)]
     pub blocks: Vec<Block>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A block of a widget, by its `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
+#[schema(as = WidgetBlock)]
 pub enum Block {
     Stat(StatBlock),
     List(ListBlock),
@@ -45,104 +53,209 @@ pub enum Block {
     Hero(HeroBlock),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = WidgetStatBlock)]
 pub struct StatBlock {
     /// A string (≤ 10 000) or a number.
+    #[schema(value_type = TextOrNumber)]
     pub value: Value,
+    #[schema(max_length = 500)]
     pub label: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 10000, nullable = false)]
     pub sub: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500, nullable = false)]
     pub value_class: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub accent: Option<Accent>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub grow: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetAccent)]
 pub struct Accent {
+    #[schema(value_type = Tone)]
     pub tone: String,
+    #[schema(max_length = 120)]
     pub icon: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500, nullable = false)]
     pub text: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = WidgetListBlock)]
 pub struct ListBlock {
+    #[schema(max_items = 100)]
     pub items: Vec<ListItem>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 10000, nullable = false)]
     pub empty_message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub grow: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = WidgetListItem)]
 pub struct ListItem {
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 120, nullable = false)]
     pub icon: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Tone>, nullable = false)]
     pub icon_tone: Option<String>,
+    #[schema(max_length = 500)]
     pub label: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 10000, nullable = false)]
     pub sub: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500, nullable = false)]
     pub meta: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 2048, nullable = false)]
     pub href: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetStatusBlock)]
 pub struct StatusBlock {
+    #[schema(value_type = StatusTone)]
     pub tone: String,
+    #[schema(max_length = 500)]
     pub title: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 10000, nullable = false)]
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 120, nullable = false)]
     pub icon: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub grow: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetPillsBlock)]
 pub struct PillsBlock {
+    #[schema(max_items = 50)]
     pub pills: Vec<Pill>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub grow: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetPill)]
 pub struct Pill {
+    #[schema(max_length = 500)]
     pub label: String,
     /// A string (≤ 10 000) or a number.
+    #[schema(value_type = TextOrNumber)]
     pub value: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Tone>, nullable = false)]
     pub tone: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 2048, nullable = false)]
     pub href: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetPlaceholderBlock)]
 pub struct PlaceholderBlock {
+    #[schema(max_length = 500)]
     pub title: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 10000, nullable = false)]
     pub description: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 120, nullable = false)]
     pub icon: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = WidgetHeroBlock)]
 pub struct HeroBlock {
+    #[schema(max_length = 10000)]
     pub title: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 10000, nullable = false)]
     pub subtitle: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 120, nullable = false)]
     pub icon: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Tone>, nullable = false)]
     pub tone: Option<String>,
+}
+
+/// The schema of a `value`: a string of at most 10 000 characters, or a finite number.
+pub struct TextOrNumber;
+
+impl utoipa::PartialSchema for TextOrNumber {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::{ObjectBuilder, OneOfBuilder, Type};
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .max_length(Some(TEXT)),
+            )
+            .item(ObjectBuilder::new().schema_type(Type::Number))
+            .description(Some("A string of at most 10 000 characters, or a number."))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for TextOrNumber {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "WidgetValue".into()
+    }
+}
+
+/// The schema of a tone: one of `TONES`.
+pub struct Tone;
+
+impl utoipa::PartialSchema for Tone {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .enum_values(Some(TONES))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Tone {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "WidgetTone".into()
+    }
+}
+
+/// The schema of a status block's tone: one of `STATUS_TONES`.
+pub struct StatusTone;
+
+impl utoipa::PartialSchema for StatusTone {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .enum_values(Some(STATUS_TONES))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for StatusTone {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "WidgetStatusTone".into()
+    }
 }
 
 /// Length as the browser counts it (UTF-16 code units).

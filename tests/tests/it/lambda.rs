@@ -12,7 +12,7 @@ mod help_api;
 mod mail_api;
 mod mail_delivery;
 mod metrics;
-mod routes;
+pub(crate) mod routes;
 mod schema_migration;
 mod startup;
 mod stream;

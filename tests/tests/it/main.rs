@@ -11,6 +11,7 @@ mod lambda;
 mod local_runner;
 mod mail;
 mod maintenance;
+mod openapi;
 mod operations;
 mod outbox;
 mod pwa;

@@ -10,7 +10,7 @@ use super::{Stack, routes_of};
 use k2b_core::http::routes::ROUTE_NOT_FOUND;
 
 /// A value for each path parameter name the routers use (ids are UUIDs).
-fn sample(name: &str) -> String {
+pub(crate) fn sample(name: &str) -> String {
     match name {
         "file" => "pwa-icon-192.png".to_string(),
         "app_id" => "demo".to_string(),
@@ -35,7 +35,7 @@ fn method_matches(route: &ApiRoute, method: &str) -> bool {
 }
 
 /// The function and API resource API Gateway routes `method path` to.
-fn routed<'a>(
+pub(crate) fn routed<'a>(
     deployment: &'a Deployment,
     method: &str,
     path: &str,
