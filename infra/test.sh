@@ -14,6 +14,9 @@ command -v moto_server >/dev/null 2>&1 || pip_missing+=("moto[server]")
 command -v cargo-lambda >/dev/null 2>&1 || pip_missing+=("cargo-lambda")
 # An independent SMTP server for the delivery tests (STARTTLS on a self-signed certificate).
 python3 -c 'import aiosmtpd' >/dev/null 2>&1 || pip_missing+=("aiosmtpd")
+# The API contract's fuzzer (tests/tests/it/openapi.rs, infra/schemathesis.toml); pinned, since
+# its checks and configuration change between releases.
+[[ "$(schemathesis --version 2>/dev/null)" == *"version 4.32.5" ]] || pip_missing+=("schemathesis==4.32.5")
 if ((${#pip_missing[@]})); then
   log "installing from PyPI: ${pip_missing[*]}"
   python3 -m pip install --quiet --disable-pip-version-check "${pip_missing[@]}"

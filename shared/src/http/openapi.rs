@@ -194,6 +194,117 @@ pub fn methods_of(item: &utoipa::openapi::PathItem) -> Vec<&'static str> {
     .collect()
 }
 
+/// The methods of a path item in the document's order, as written in a serialised document.
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// The security schemes an operation may name.
+const SCHEMES: [&str; 4] = [SESSION, APP_SESSION, APP_CREDENTIAL, OAUTH];
+
+/// One operation of a serialised document.
+pub struct DocumentedOperation<'a> {
+    /// The method in capitals, as a router's table writes it.
+    pub method: String,
+    /// The path as the document writes it (`/pwa/{part}`).
+    pub path: &'a str,
+    /// The operation object.
+    pub operation: &'a serde_json::Value,
+}
+
+impl DocumentedOperation<'_> {
+    /// `METHOD path`, for messages.
+    pub fn name(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+/// Every operation of a serialised document (a whole one or a function's part), by path and
+/// then in [`METHODS`] order.
+pub fn documented_operations(document: &serde_json::Value) -> Vec<DocumentedOperation<'_>> {
+    let Some(paths) = document["paths"].as_object() else {
+        return Vec::new();
+    };
+    paths
+        .iter()
+        .flat_map(|(path, item)| {
+            METHODS.iter().filter_map(move |method| {
+                Some(DocumentedOperation {
+                    method: method.to_uppercase(),
+                    path: path.as_str(),
+                    operation: item.get(*method)?,
+                })
+            })
+        })
+        .collect()
+}
+
+/// What breaks the rules every operation of the contract keeps, one line per problem: an
+/// `operationId` used once, one tag, a security requirement naming only the shared schemes,
+/// at least one answer, and the `Error` body on every error answer that has a body.
+/// Answers listed in `bodiless` (`("METHOD path", "status")`) must have no body at all: the
+/// specs name a few empty error answers.
+pub fn contract_problems(document: &serde_json::Value, bodiless: &[(&str, &str)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for operation in documented_operations(document) {
+        let name = operation.name();
+        let body = operation.operation;
+        match body["operationId"].as_str() {
+            Some(id) if ids.insert(id) => {}
+            Some(id) => problems.push(format!("{name}: operationId {id} used twice")),
+            None => problems.push(format!("{name}: no operationId")),
+        }
+        if body["tags"].as_array().map(Vec::len) != Some(1) {
+            problems.push(format!("{name}: not exactly one tag"));
+        }
+        match body["security"].as_array() {
+            Some(requirements) if !requirements.is_empty() => {
+                for requirement in requirements {
+                    match requirement.as_object() {
+                        Some(schemes) => {
+                            for scheme in schemes.keys() {
+                                if !SCHEMES.contains(&scheme.as_str()) {
+                                    problems.push(format!("{name}: unknown scheme {scheme}"));
+                                }
+                            }
+                        }
+                        None => problems
+                            .push(format!("{name}: a security requirement is not an object")),
+                    }
+                }
+            }
+            _ => problems.push(format!("{name}: no security requirement")),
+        }
+        let Some(responses) = body["responses"].as_object() else {
+            problems.push(format!("{name}: no answers"));
+            continue;
+        };
+        if responses.is_empty() {
+            problems.push(format!("{name}: no answers"));
+        }
+        for (status, response) in responses {
+            if !status.starts_with('4') && !status.starts_with('5') {
+                continue;
+            }
+            let empty = bodiless.contains(&(name.as_str(), status.as_str()));
+            match (response.get("content"), empty) {
+                (None, true) => {}
+                (Some(_), true) => problems.push(format!("{name}: {status} must have no body")),
+                (content, false) => {
+                    let schema = content.map_or(&serde_json::Value::Null, |c| {
+                        &c["application/json"]["schema"]["$ref"]
+                    });
+                    if schema != "#/components/schemas/Error" {
+                        problems.push(format!("{name}: {status} without the Error body"));
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
 fn operations_of(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut Operation> {
     [
         item.get.as_mut(),
@@ -262,6 +373,58 @@ mod tests {
         assert_eq!(
             json["components"]["schemas"]["Error"]["required"],
             serde_json::json!(["code", "message"])
+        );
+    }
+
+    #[test]
+    fn the_contract_rules_name_each_broken_operation() {
+        let error = serde_json::json!({"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+        let document = serde_json::json!({"paths": {
+            "/a": {
+                "get": {"operationId": "good", "tags": [], "security": [{"cookie": []}],
+                    "responses": {"200": {}, "400": {"content": {"text/plain": {}}}}},
+                "post": {"responses": {}}
+            },
+            "/b": {"get": {"operationId": "good", "tags": ["t"], "security": [{"session": []}],
+                "responses": {"200": {}, "404": error, "403": {}}}}
+        }});
+        let names: Vec<String> = documented_operations(&document)
+            .iter()
+            .map(DocumentedOperation::name)
+            .collect();
+        assert_eq!(names, ["GET /a", "POST /a", "GET /b"]);
+        assert_eq!(
+            contract_problems(&document, &[("GET /b", "403")]),
+            [
+                "GET /a: not exactly one tag",
+                "GET /a: unknown scheme cookie",
+                "GET /a: 400 without the Error body",
+                "POST /a: no operationId",
+                "POST /a: not exactly one tag",
+                "POST /a: no security requirement",
+                "POST /a: no answers",
+                "GET /b: operationId good used twice",
+            ]
+        );
+        assert_eq!(
+            contract_problems(&document, &[])
+                .iter()
+                .filter(|p| p.starts_with("GET /b"))
+                .collect::<Vec<_>>(),
+            [
+                "GET /b: operationId good used twice",
+                "GET /b: 403 without the Error body"
+            ]
+        );
+        assert_eq!(
+            contract_problems(&document, &[("GET /b", "404"), ("GET /b", "403")])
+                .iter()
+                .filter(|p| p.starts_with("GET /b"))
+                .collect::<Vec<_>>(),
+            [
+                "GET /b: operationId good used twice",
+                "GET /b: 404 must have no body"
+            ]
         );
     }
 

@@ -489,7 +489,7 @@ pub struct LogAccessBody {
         max_items = 100,
         min_length = 1,
         max_length = 200,
-        pattern = "^(?!core$)"
+        pattern = "^(?!core$)[^\\u0000]*$"
     )]
     pub apps: BTreeSet<String>,
 }
@@ -606,8 +606,8 @@ pub fn parse_log_access(reader: &str, value: &Value) -> Result<Vec<String>, Mail
     if reader == CORE_APP_ID {
         return Err(bad("appId: Core's log access cannot be changed"));
     }
-    if reader.is_empty() || reader.chars().count() > 200 {
-        return Err(bad("appId: 1–200 characters"));
+    if reader.is_empty() || reader.chars().count() > 200 || reader.contains('\0') {
+        return Err(bad("appId: 1–200 characters, no NUL"));
     }
     let object = value
         .as_object()
@@ -633,6 +633,10 @@ pub fn parse_log_access(reader: &str, value: &Value) -> Result<Vec<String>, Mail
     sorted.dedup();
     if sorted.len() != apps.len() {
         return Err(bad("apps: each app once"));
+    }
+    // App ids are free strings, but text in Postgres cannot hold NUL.
+    if sorted.iter().any(|a| a.contains('\0')) {
+        return Err(bad("apps: an app id contains NUL"));
     }
     if let Some(wrong) = sorted
         .iter()
@@ -675,4 +679,32 @@ pub async fn set_log_access(
     audit::record(&mut tx, &event).await?;
     tx.commit().await?;
     mail_app(pool, reader).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refused(reader: &str, body: Value) -> bool {
+        matches!(
+            parse_log_access(reader, &body).map_err(|e| e.code()),
+            Err(Some(MailCode::BadInput))
+        )
+    }
+
+    /// Scenario 41 and the text Postgres can store: ids are free strings without NUL.
+    #[test]
+    fn log_access_ids_are_free_strings_without_nul() {
+        assert_eq!(
+            parse_log_access("reader", &json!({"apps": ["ERP", "erp_v2"]})).ok(),
+            Some(vec!["ERP".to_string(), "erp_v2".to_string()])
+        );
+        assert!(refused("reader", json!({"apps": ["erp\u{0}v2"]})));
+        assert!(refused("read\u{0}er", json!({"apps": ["erp"]})));
+        assert!(refused("reader", json!({"apps": [""]})));
+        assert!(refused("reader", json!({"apps": ["core"]})));
+        assert!(refused("reader", json!({"apps": ["reader"]})));
+        assert!(refused("core", json!({"apps": ["erp"]})));
+    }
 }

@@ -727,7 +727,7 @@ fn is_app_list(apps: &[String]) -> bool {
     (1..=MAX_FILTER_APPS).contains(&apps.len())
         && apps
             .iter()
-            .all(|app| !app.is_empty() && seen.insert(app.as_str()))
+            .all(|app| !app.is_empty() && !app.contains('\0') && seen.insert(app.as_str()))
 }
 
 fn recipient(s: &str) -> Option<String> {
@@ -1265,6 +1265,7 @@ mod tests {
             json!({"apps": []}),
             json!({"apps": ["a", "a"]}),
             json!({"apps": [""]}),
+            json!({"apps": ["a\u{0}b"]}),
             json!({"apps": (0..102).map(|i| format!("app-{i}")).collect::<Vec<_>>()}),
             json!([]),
         ];

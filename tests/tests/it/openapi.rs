@@ -5,31 +5,26 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use k2b_core::http::openapi::{contract_problems, documented_operations};
 use k2b_tests::lambda::rest::{concrete_path, resource_covers};
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, local_binary};
+use k2b_tests::{
+    LocalRunner, TEST_APP_SECRET, TestDb, admin_cookie, artifacts_dir, local_binary, run_local,
+};
 use serde_json::Value;
 
 use crate::lambda::Stack;
 use crate::lambda::routes::{routed, sample};
 use crate::lambda::routes_of;
 
-const METHODS: [&str; 8] = [
-    "get", "put", "post", "delete", "options", "head", "patch", "trace",
-];
+/// The error answers the specs leave without a body.
+const BODILESS: &[(&str, &str)] = &[];
 
-/// `(METHOD, path)` of every operation of a document, with the router's spelling of a wildcard
-/// (`/pwa/{*part}`) brought to the document's (`/pwa/{part}`).
+/// `(METHOD, path)` of every operation of a document.
 fn operations(document: &Value) -> BTreeSet<(String, String)> {
-    let mut found = BTreeSet::new();
-    let paths = document["paths"].as_object().expect("paths");
-    for (path, item) in paths {
-        for method in METHODS {
-            if item.get(method).is_some() {
-                found.insert((method.to_uppercase(), path.clone()));
-            }
-        }
-    }
-    found
+    documented_operations(document)
+        .into_iter()
+        .map(|operation| (operation.method, operation.path.to_string()))
+        .collect()
 }
 
 fn document_path(router_path: &str) -> String {
@@ -150,64 +145,20 @@ fn part_of(binary: &str) -> utoipa::openapi::OpenApi {
     }
 }
 
-/// Every operation says who may call it, answers errors that have a body with the `Error`
-/// body, and has a unique id; the security schemes it names exist.
+/// Every operation of the whole document keeps the contract's rules (a unique id, one tag, its
+/// security, the `Error` body on its error answers); the security schemes it names exist.
 #[test]
 fn every_operation_has_an_id_its_security_and_the_error_body() {
     let document = printed_document();
     let schemes = document["components"]["securitySchemes"]
         .as_object()
         .expect("schemes");
-    for name in ["session", "appSession", "appCredential", "oauth"] {
-        assert!(schemes.contains_key(name), "scheme {name}");
-    }
-    let mut ids = BTreeSet::new();
-    let mut problems = Vec::new();
-    for (path, item) in document["paths"].as_object().expect("paths") {
-        for method in METHODS {
-            let Some(operation) = item.get(method) else {
-                continue;
-            };
-            let name = format!("{} {path}", method.to_uppercase());
-            match operation["operationId"].as_str() {
-                Some(id) if ids.insert(id.to_string()) => {}
-                Some(id) => problems.push(format!("{name}: operationId {id} used twice")),
-                None => problems.push(format!("{name}: no operationId")),
-            }
-            match operation.get("security").and_then(Value::as_array) {
-                Some(requirements) => {
-                    for requirement in requirements {
-                        for scheme in requirement.as_object().into_iter().flat_map(|o| o.keys()) {
-                            if !schemes.contains_key(scheme) {
-                                problems.push(format!("{name}: unknown scheme {scheme}"));
-                            }
-                        }
-                    }
-                }
-                None => problems.push(format!("{name}: no security requirement")),
-            }
-            let responses = operation["responses"].as_object().expect("responses");
-            if responses.is_empty() {
-                problems.push(format!("{name}: no answers documented"));
-            }
-            for (status, response) in responses {
-                if !status.starts_with('4') && !status.starts_with('5') {
-                    continue;
-                }
-                // An error answer with a body has the Error body.
-                let Some(content) = response.get("content").and_then(Value::as_object) else {
-                    continue;
-                };
-                let schema = &content
-                    .get("application/json")
-                    .map_or(&Value::Null, |json| &json["schema"]["$ref"]);
-                if *schema != "#/components/schemas/Error" {
-                    problems.push(format!("{name}: {status} without the Error body"));
-                }
-            }
-        }
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let names: BTreeSet<&str> = schemes.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["appCredential", "appSession", "oauth", "session"])
+    );
+    assert_eq!(contract_problems(&document, BODILESS), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -227,4 +178,142 @@ async fn the_runner_serves_the_document_it_prints() {
     let served: Value = response.json().await.expect("json");
     assert_eq!(served, printed_document());
     runner.stop();
+}
+
+/// The runner answers every operation as its document says, under schemathesis (PyPI, installed
+/// by `infra/test.sh`) with the checks of `infra/schemathesis.toml`: no server error, documented
+/// statuses, content types, headers and bodies, invalid input refused, and the stateful links.
+/// The administrator's cookie and the demo app's credential let it past the sign-in.
+#[tokio::test]
+async fn every_operation_holds_to_the_document_under_schemathesis() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    // Thousands of requests from one address; and Cloud Login on, so that its routes answer.
+    for (key, value) in [
+        ("security.rate_limit_per_second", "100000"),
+        ("user.app_approval.enabled", "true"),
+        ("user.app_approval.admin_pairing", "true"),
+    ] {
+        let set = run_local(&env, &["setting", "set", key, value], None);
+        assert!(set.status.success(), "{set:?}");
+    }
+    let runner = LocalRunner::start(&env);
+    let cookie = admin_cookie(&env);
+    let session = cookie
+        .strip_prefix("session_token=")
+        .unwrap_or_else(|| panic!("not a session cookie: {cookie}"))
+        .to_string();
+    let credential = run_local(&env, &["app", "credential", "issue", "demo"], None);
+    assert!(credential.status.success(), "{credential:?}");
+    let credential = String::from_utf8_lossy(&credential.stdout)
+        .trim()
+        .to_string();
+
+    let reports = artifacts_dir("schemathesis");
+    let junit = reports.join("junit.xml");
+    std::fs::remove_file(&junit).ok();
+    let fuzz = Fuzz {
+        base: runner.base_url.clone(),
+        session,
+        credential,
+    };
+
+    // The checks have teeth: a document that claims a limit the code does not enforce (the
+    // administrator's `app` filter at most 10 characters; the code takes 200) fails the run.
+    let mut wrong: Value = reqwest::get(format!("{}/api/openapi.json", fuzz.base))
+        .await
+        .expect("document")
+        .json()
+        .await
+        .expect("json");
+    let parameters = wrong["paths"]["/api/admin/core/outgoing-mail/messages"]["get"]["parameters"]
+        .as_array_mut()
+        .expect("parameters");
+    let app = parameters
+        .iter_mut()
+        .find(|p| p["name"] == "app")
+        .expect("the app filter");
+    app["schema"]["maxLength"] = 10.into();
+    let wrong_path = reports.join("wrong-max-length.json");
+    std::fs::write(&wrong_path, wrong.to_string()).expect("write");
+    let caught = fuzz
+        .run(
+            wrong_path.to_string_lossy().into_owned(),
+            &["--include-operation-id", "mailAdminListMessages"],
+        )
+        .await;
+    let caught_text = String::from_utf8_lossy(&caught.stdout);
+    assert!(!caught.status.success(), "{caught_text}");
+    assert!(
+        caught_text.contains("Schema-violating request accepted")
+            && caught_text.contains("String larger than maxLength"),
+        "{caught_text}"
+    );
+
+    let junit_path = junit.to_string_lossy().into_owned();
+    let run = fuzz
+        .run(
+            format!("{}/api/openapi.json", fuzz.base),
+            &["--report", "junit", "--report-junit-path", &junit_path],
+        )
+        .await;
+    let printed = String::from_utf8_lossy(&run.stdout);
+    let junit = std::fs::read_to_string(&junit).unwrap_or_default();
+    let server = runner.stop();
+    assert!(
+        run.status.success(),
+        "schemathesis found problems:\n{printed}\n{}\nthe runner's last lines:\n{}",
+        String::from_utf8_lossy(&run.stderr),
+        last_lines(&server, 40)
+    );
+    // Every operation of the document was exercised.
+    let document = printed_document();
+    let missing: Vec<String> = documented_operations(&document)
+        .iter()
+        .map(|operation| operation.name())
+        .filter(|name| !junit.contains(&format!("name=\"{name}\"")))
+        .collect();
+    assert!(missing.is_empty(), "not exercised: {missing:?}\n{printed}");
+}
+
+/// schemathesis with `infra/schemathesis.toml` against a runner, signed in.
+struct Fuzz {
+    base: String,
+    session: String,
+    credential: String,
+}
+
+impl Fuzz {
+    /// Runs schemathesis on the document at `location` (a URL or a file) with `extra` options.
+    async fn run(&self, location: String, extra: &[&str]) -> std::process::Output {
+        let mut command = Command::new("schemathesis");
+        command
+            .arg("--config-file")
+            .arg(k2b_tests::lambda::workspace_root().join("infra/schemathesis.toml"))
+            .arg("run")
+            .arg(location)
+            .args(["--url", &self.base])
+            .args(["--header", &format!("Origin: {}", self.base)])
+            .args(["--seed", "20261203", "--no-color"])
+            .args(extra)
+            .env("K2B_FUZZ_SESSION", &self.session)
+            .env("K2B_FUZZ_APP_CREDENTIAL", &self.credential);
+        tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("join")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "run schemathesis ({e}): `pip install schemathesis==4.32.5`, or run `bash infra/test.sh`"
+                )
+            })
+    }
+}
+
+fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(count)..].join("\n")
 }
