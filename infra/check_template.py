@@ -106,6 +106,7 @@ def describe() -> dict:
             "binary": metadata.get("BuildProperties", {}).get("Binary"),
             "timeout": props.get("Timeout", 3),
             "memory": props.get("MemorySize", 128),
+            "reservedConcurrency": props.get("ReservedConcurrentExecutions"),
             "environment": props.get("Environment", {}).get("Variables", {}),
             "routes": [],
             "schedules": [],
@@ -128,6 +129,7 @@ def describe() -> dict:
                     "mapping": name,
                     "queue": props["EventSourceArn"]["Fn::GetAtt"][0],
                     "batchSize": props.get("BatchSize"),
+                    "maximumConcurrency": props.get("ScalingConfig", {}).get("MaximumConcurrency"),
                     "responseTypes": props.get("FunctionResponseTypes", []),
                 }
             )
@@ -218,6 +220,23 @@ def main() -> int:
                 problems.append(f"{name}: serves {SCHEMA_MIGRATION} and cannot depend on it")
         elif SCHEMA_MIGRATION not in depends_on(function):
             problems.append(f"{name}: does not DependsOn {SCHEMA_MIGRATION}")
+
+    # SQS event sources: Lambda's pollers throttled by the function's reserved concurrency
+    # return batches to the queue, where they count as receives toward the dead-letter queue.
+    for name, function in functions.items():
+        reserved = function["Properties"].get("ReservedConcurrentExecutions")
+        for event_name, event in function["Properties"].get("Events", {}).items():
+            if event["Type"] != "SQS":
+                continue
+            maximum = event["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
+            if maximum is None:
+                problems.append(f"{name}.{event_name}: no ScalingConfig.MaximumConcurrency")
+            elif maximum < 2:
+                problems.append(f"{name}.{event_name}: MaximumConcurrency {maximum} is below Lambda's minimum of 2")
+            elif reserved is None or maximum > reserved:
+                problems.append(
+                    f"{name}.{event_name}: MaximumConcurrency {maximum} exceeds the reserved concurrency {reserved}"
+                )
 
     alarmed = alarmed_metrics(source["Resources"])
     for name in functions:

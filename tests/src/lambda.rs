@@ -75,6 +75,9 @@ pub struct FunctionSpec {
     pub timeout: u64,
     /// MiB.
     pub memory: u64,
+    /// `ReservedConcurrentExecutions`, when set.
+    #[serde(default)]
+    pub reserved_concurrency: Option<u64>,
     /// Values are strings or intrinsics (`{"Ref": "DatabaseUrl"}`), as the template has them.
     pub environment: BTreeMap<String, Value>,
     /// The AWS managed policies of its role (names).
@@ -118,6 +121,9 @@ pub struct QueueTrigger {
     pub mapping: String,
     pub queue: String,
     pub batch_size: Option<u64>,
+    /// `ScalingConfig.MaximumConcurrency`: how many batches Lambda's pollers hand over at once.
+    #[serde(default)]
+    pub maximum_concurrency: Option<u64>,
     pub response_types: Vec<String>,
 }
 
@@ -621,6 +627,7 @@ impl FunctionProcess {
             .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let output = Arc::new(Mutex::new(String::new()));
         let stdout = Arc::new(Mutex::new(Vec::new()));
+        let origin = crate::logs::Origin::here();
         for (pipe, lines) in [
             (
                 child
@@ -641,6 +648,7 @@ impl FunctionProcess {
             let sink = output.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    crate::logs::child_line(&origin, &line);
                     if let Ok(mut text) = sink.lock() {
                         text.push_str(&line);
                         text.push('\n');

@@ -12,10 +12,12 @@ pub mod browser;
 pub mod client;
 pub mod figures;
 pub mod lambda;
+pub mod logs;
 pub mod pgfault;
 pub mod sqsfault;
 
 pub use k2b_core::db::testing::{TEST_APP_SECRET, TestDb};
+pub use logs::LogCapture;
 
 use k2b_core::Core;
 use k2b_core::auth::{self, NewUser, Profile, Provider, UserRecord};
@@ -190,8 +192,10 @@ fn command(env: &[(&str, &str)]) -> Command {
     command
 }
 
-/// Runs `k2b-local <args>` to completion, feeding `stdin` if given.
+/// Runs `k2b-local <args>` to completion, feeding `stdin` if given. What it printed also goes
+/// to the calling test's live [`LogCapture`].
 pub fn run_local(env: &[(&str, &str)], args: &[&str], stdin: Option<&str>) -> Output {
+    let origin = logs::Origin::here();
     let mut child = command(env)
         .args(args)
         .stdin(Stdio::piped())
@@ -203,9 +207,11 @@ pub fn run_local(env: &[(&str, &str)], args: &[&str], stdin: Option<&str>) -> Ou
         pipe.write_all(input.as_bytes())
             .unwrap_or_else(|e| panic!("write stdin: {e}"));
     }
-    child
+    let output = child
         .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait for k2b-local: {e}"))
+        .unwrap_or_else(|e| panic!("wait for k2b-local: {e}"));
+    logs::child_output(&origin, &output);
+    output
 }
 
 /// Where tests of `area` leave files for people to look at (screenshots, reports):
@@ -225,7 +231,8 @@ pub fn artifacts_dir(area: &str) -> PathBuf {
     dir
 }
 
-/// A running `k2b-local serve` on a free port.
+/// A running `k2b-local serve` on a free port; what it prints also goes to the starting test's
+/// live [`LogCapture`].
 pub struct LocalRunner {
     pub base_url: String,
     child: Child,
@@ -248,6 +255,7 @@ impl LocalRunner {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn k2b-local serve: {e}"));
         let output = Arc::new(Mutex::new(String::new()));
+        let origin = logs::Origin::here();
         let (address_tx, address_rx) = std::sync::mpsc::channel::<String>();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -258,6 +266,7 @@ impl LocalRunner {
                     if let Some(url) = line.strip_prefix("k2b-local listening on ") {
                         address_tx.send(url.trim().to_string()).ok();
                     }
+                    logs::child_line(&origin, &line);
                     if let Ok(mut text) = sink.lock() {
                         text.push_str(&line);
                         text.push('\n');
@@ -269,6 +278,7 @@ impl LocalRunner {
         std::thread::spawn(move || {
             if let Some(stderr) = stderr {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    logs::child_line(&origin, &line);
                     if let Ok(mut text) = sink.lock() {
                         text.push_str(&line);
                         text.push('\n');
@@ -341,52 +351,6 @@ impl Drop for LocalRunner {
 }
 
 pub use k2b_core::moto::Moto;
-
-/// Log lines written while the returned guard lives (JSON, one per line), for tests that check
-/// what never reaches a log. Captures the current thread: use it in `#[tokio::test]`
-/// (single-threaded) tests.
-pub struct LogCapture {
-    buffer: Arc<Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
-}
-
-impl LogCapture {
-    pub fn start() -> LogCapture {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || CaptureWriter(writer.clone()))
-            .finish();
-        LogCapture {
-            buffer,
-            _guard: tracing::subscriber::set_default(subscriber),
-        }
-    }
-
-    /// Everything logged so far.
-    pub fn text(&self) -> String {
-        self.buffer
-            .lock()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
-    }
-}
-
-struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for CaptureWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut buffer) = self.0.lock() {
-            buffer.extend_from_slice(bytes);
-        }
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// A paired phone of `user` (an `auth.pwa_devices` row), for app sessions.
 pub async fn pwa_device(pool: &sqlx::PgPool, user: uuid::Uuid) -> uuid::Uuid {

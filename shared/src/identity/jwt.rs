@@ -189,6 +189,67 @@ pub fn is_strict_uuid(value: &str) -> bool {
     true
 }
 
+/// Tokens at the size limit, for tests that must show the limit is what refuses a token.
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing {
+    use super::*;
+
+    /// Two tokens of `claims`, signed with `key` under the header `{alg: RS256, kid, typ}`, one
+    /// exactly [`MAX_COMPACT_TOKEN_BYTES`] long and one a byte longer, identical otherwise.
+    /// Both JSON objects carry insignificant spaces after their opening brace (the longer
+    /// token's payload one more), so both hold exactly the members [`encode`] writes. The
+    /// header may need spaces too: unpadded base64 is never 4k + 1 characters long, so under a
+    /// fixed header some totals are out of reach (with a UUID `kid`, Core's token types and an
+    /// RS256-2048 signature, 4096 is). `None` when the claims do not fit or signing fails.
+    pub fn encode_size_twins<C: Serialize>(
+        kid: &str,
+        typ: &str,
+        claims: &C,
+        key: &SigningKey,
+    ) -> Option<(String, String)> {
+        let header = serde_json::to_string(&Header {
+            alg: ALGORITHM,
+            kid,
+            typ,
+        })
+        .ok()?;
+        let payload = serde_json::to_string(claims).ok()?;
+        // An RSA signature is always as long as the modulus.
+        let signature = key.sign(b"").ok()?.len();
+        let encoded = |bytes: usize| (4 * bytes).div_ceil(3);
+        for header_spaces in 0..4 {
+            let fixed = encoded(header.len() + header_spaces) + 2 + encoded(signature);
+            let Some(room) = MAX_COMPACT_TOKEN_BYTES.checked_sub(fixed) else {
+                continue;
+            };
+            // A payload that fills the room exactly, and overflows it by one with a byte more.
+            let Some(bytes) = (payload.len()..=room)
+                .find(|bytes| encoded(*bytes) == room && encoded(bytes + 1) == room + 1)
+            else {
+                continue;
+            };
+            let token = |payload_spaces: usize| -> Option<String> {
+                let input = format!(
+                    "{}.{}",
+                    URL_SAFE_NO_PAD.encode(spaced(&header, header_spaces)?),
+                    URL_SAFE_NO_PAD.encode(spaced(&payload, payload_spaces)?)
+                );
+                let signature = key.sign(input.as_bytes()).ok()?;
+                Some(format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature)))
+            };
+            let spaces = bytes - payload.len();
+            return Some((token(spaces)?, token(spaces + 1)?));
+        }
+        None
+    }
+
+    /// A JSON object's text with `spaces` spaces after its opening brace.
+    fn spaced(object: &str, spaces: usize) -> Option<String> {
+        let members = object.strip_prefix('{')?;
+        Some(format!("{{{}{members}", " ".repeat(spaces)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,8 +326,6 @@ mod tests {
         let forged = format!("{}.{}.{}", original[0], forged_payload, original[2]);
         let parsed = parse(&forged).expect("shape is fine");
         assert_eq!(parsed.verify::<Claims>(&decoding), None);
-        // Too long.
-        assert!(parse(&"a".repeat(4097)).is_none());
         // Unknown claims fail the strict type.
         let extra = encode(
             &key.kid,
@@ -279,6 +338,34 @@ mod tests {
             parse(&extra).expect("parse").verify::<Claims>(&decoding),
             None
         );
+    }
+
+    /// One byte over the limit refuses a token that is valid in every other way: its twin at
+    /// the limit, the same claims under the same key, parses and verifies.
+    #[test]
+    fn the_size_limit_alone_refuses_a_valid_token() {
+        let key = keys::generate().expect("key");
+        let encoding = keys::import(&key.kid, &key.public, &key.private).expect("import");
+        let decoding = keys::decoding_key(&key.public).expect("decoding");
+        let claims = Claims { sub: "a".into() };
+        let (at_limit, over) =
+            testing::encode_size_twins(&key.kid, "t", &claims, &encoding).expect("twins");
+        assert_eq!((at_limit.len(), over.len()), (4096, 4097));
+        let decoded = |token: &str, part: usize| -> Value {
+            let text = token.split('.').nth(part).expect("part");
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(text).expect("b64")).expect("json")
+        };
+        for token in [at_limit.as_str(), over.as_str()] {
+            assert_eq!(
+                decoded(token, 0),
+                serde_json::json!({"alg": "RS256", "kid": key.kid, "typ": "t"})
+            );
+            assert_eq!(decoded(token, 1), serde_json::json!({"sub": "a"}));
+        }
+        let parsed = parse(&at_limit).expect("the token at the limit parses");
+        assert_eq!(parsed.verify::<Claims>(&decoding), Some(claims));
+        assert!(parse(&over).is_none());
+        assert!(parse(&"a".repeat(4097)).is_none());
     }
 
     #[test]

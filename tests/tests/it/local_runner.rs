@@ -1,6 +1,6 @@
 //! `k2b-local` as a newcomer uses it: start, health, restart, bad configuration, admin commands.
 
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, admin_cookie, run_local};
+use k2b_tests::{LocalRunner, LogCapture, TEST_APP_SECRET, TestDb, admin_cookie, run_local};
 use serde_json::Value;
 
 fn fresh_database_url(db: &TestDb) -> (String, String) {
@@ -69,6 +69,7 @@ async fn first_start_creates_migrates_and_seeds_and_a_restart_keeps_the_data() {
 async fn bad_configuration_exits_non_zero_with_one_line_naming_the_variable() {
     let db = TestDb::new().await;
     let url = db.url();
+    let logs = LogCapture::start();
     let output = run_local(
         &[
             ("K2B_ENV", "production"),
@@ -86,7 +87,16 @@ async fn bad_configuration_exits_non_zero_with_one_line_naming_the_variable() {
         lines[0].contains("APP_SECRET must be at least 32 characters"),
         "{stderr}"
     );
-    assert!(!stderr.contains("too-short"), "the secret is never echoed");
+    // What the runner printed on either stream, and what this process logged meanwhile.
+    let own = logs.own_text();
+    assert!(
+        own.contains("APP_SECRET must be at least 32 characters"),
+        "the capture holds the runner's output: {own}"
+    );
+    assert!(
+        !logs.text().contains("too-short"),
+        "the secret is never echoed"
+    );
 
     let output = run_local(&[("K2B_DB_MAX_CONNECTIONS", "lots")], &["migrate"], None);
     assert!(!output.status.success());

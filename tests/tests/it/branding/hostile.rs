@@ -1,5 +1,8 @@
-//! Hostile logos: each ends in the Cloud-logo fallback or a 503 within the worker's deadline,
-//! inside its memory cap, the server keeps serving, and no log line carries logo data.
+//! Hostile logos: each ends in the one outcome spec/branding-pwa.md names for it — a logo that
+//! decodes is drawn as it is (§4 step 2), one that cannot be decoded is replaced by the Cloud
+//! logo and the fallback is logged (§5), an oversized payload is the Cloud logo from the start
+//! (§3) — answered as a 200 icon with its headers (§10) within the worker's deadline, inside its
+//! memory cap; the server keeps serving, and no log line carries logo data.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +12,7 @@ use image::Rgba;
 use k2b_core::branding::{APP_ICON_SOURCE_MAX_BYTES, parse_icon_source};
 use k2b_tests::LogCapture;
 use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
 
 use super::{fetch_icon, icons_server, set_logo, setup, svg_uri, worker_renderer};
 
@@ -17,29 +21,69 @@ const MARKER: &str = "K2BHOSTILEMARKER";
 /// The worker's deadline plus room for a busy machine; anything longer means the kill failed.
 const DEADLINE_WITH_SLACK: Duration = Duration::from_secs(20);
 
-/// Serves `logo`, fetches the Apple icon, and checks the common promises. Returns the status
-/// and the image (when 200).
-async fn serve_hostile(logo: &str) -> (StatusCode, Option<image::RgbaImage>) {
+/// The warning of a run that drew the Cloud logo because the logo could not be decoded.
+const FALLBACK_WARNING: &str =
+    "The installation logo could not be decoded; the app icons use the Cloud logo";
+
+/// What the spec has a hostile logo end in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// The logo decodes: the icons are drawn from it, with no fallback.
+    Drawn,
+    /// The logo cannot be decoded: the worker draws the Cloud logo and the run logs the
+    /// fallback warning once.
+    Fallback,
+    /// The setting is no usable logo (here: over 10 MiB): the icon source is the Cloud logo
+    /// itself, so the worker draws it without falling back.
+    CloudSource,
+}
+
+/// A 200 icon as §10 has it: PNG, `public, no-cache`, and the logo's version as the ETag.
+fn assert_icon_headers(headers: &HeaderMap, logo: &str) {
+    let etag = format!("\"{}\"", parse_icon_source(logo).version);
+    assert_eq!(headers["content-type"], "image/png", "{headers:?}");
+    assert_eq!(headers["cache-control"], "public, no-cache", "{headers:?}");
+    assert_eq!(headers["etag"], etag.as_str(), "{headers:?}");
+    assert!(headers.get("retry-after").is_none(), "{headers:?}");
+}
+
+/// Serves `logo`, fetches the Apple icon, and checks the outcome the spec names and the common
+/// promises. Returns the Apple icon.
+async fn serve_hostile(logo: &str, outcome: Outcome) -> image::RgbaImage {
     let logs = LogCapture::start();
     let (_db, core) = setup().await;
     set_logo(&core, logo).await;
     let renderer = worker_renderer();
     let base = icons_server(&core, renderer.clone()).await;
     let started = Instant::now();
-    let (status, _, image) = fetch_icon(&base, "apple-touch-icon").await;
+    let (status, headers, image) = fetch_icon(&base, "apple-touch-icon").await;
     let elapsed = started.elapsed();
     assert!(elapsed < DEADLINE_WITH_SLACK, "took {elapsed:?}");
-    assert!(
-        status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE,
-        "{status}"
+    assert_eq!(status, StatusCode::OK, "{outcome:?}: {headers:?}");
+    assert_icon_headers(&headers, logo);
+    let image = image.expect("a PNG body");
+    assert_eq!(image.dimensions(), (180, 180));
+    assert_eq!(
+        is_cloud_blue(&image),
+        outcome != Outcome::Drawn,
+        "{outcome:?}: the Cloud logo is drawn exactly when the logo is not"
     );
-    // Still serving: the result (or the failure) is reused without another worker, and other
-    // names are still 404.
-    let (second, _, _) = fetch_icon(&base, "pwa-icon-192").await;
-    assert_eq!(second, status);
-    assert!(renderer.spawns() <= 1, "one worker at most for this logo");
+    // Still serving: the result is reused without another worker, and other names are 404.
+    let (second, headers, other) = fetch_icon(&base, "pwa-icon-192").await;
+    assert_eq!(second, StatusCode::OK);
+    assert_icon_headers(&headers, logo);
+    assert_eq!(other.expect("a PNG body").dimensions(), (192, 192));
+    assert_eq!(renderer.spawns(), 1, "one worker for this logo");
     let (missing, _, _) = fetch_icon(&base, "nope").await;
     assert_eq!(missing, StatusCode::NOT_FOUND);
+    let own = logs.own_text();
+    assert_eq!(
+        own.matches(FALLBACK_WARNING).count(),
+        usize::from(outcome == Outcome::Fallback),
+        "{outcome:?}: {own}"
+    );
+    assert!(!own.contains("App icon rendering failed"), "{own}");
+    // Every thread's lines (and any concurrent test's): a superset, which is what a scan needs.
     let text = logs.text();
     assert!(!text.contains(MARKER), "logo bytes in the logs");
     assert!(
@@ -47,7 +91,7 @@ async fn serve_hostile(logo: &str) -> (StatusCode, Option<image::RgbaImage>) {
         "logo base64 in the logs"
     );
     assert!(!text.contains("data:image"), "a data URI in the logs");
-    (status, image)
+    image
 }
 
 fn is_cloud_blue(image: &image::RgbaImage) -> bool {
@@ -66,10 +110,8 @@ async fn an_svg_image_pointing_at_local_files_is_drawn_without_reading_them() {
         r#"<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" viewBox="0 0 10 10"><!-- {MARKER} --><image href="{path}" width="10" height="10"/><image xlink:href="file://{path}" width="10" height="10"/><image href="https://example.test/logo.png" width="10" height="10"/></svg>"#,
         path = path.display()
     );
-    let (status, image) = serve_hostile(&svg_uri(&svg)).await;
+    let image = serve_hostile(&svg_uri(&svg), Outcome::Drawn).await;
     std::fs::remove_file(&path).ok();
-    assert_eq!(status, StatusCode::OK);
-    let image = image.expect("png");
     assert!(
         image
             .pixels()
@@ -117,56 +159,56 @@ fn giant_png() -> Vec<u8> {
     png
 }
 
+/// The decoder's limits refuse the declared size before allocating it (§4 step 2 with the
+/// decode limits of the Rust mapping): the Cloud logo is drawn instead.
 #[tokio::test]
 async fn a_png_declaring_fifty_thousand_pixels_square_falls_back() {
     let logo = format!("data:image/png;base64,{}", STANDARD.encode(giant_png()));
-    let (status, image) = serve_hostile(&logo).await;
-    if status == StatusCode::OK {
-        assert!(
-            is_cloud_blue(&image.expect("png")),
-            "the Cloud logo is drawn instead"
-        );
-    }
+    serve_hostile(&logo, Outcome::Fallback).await;
 }
 
+/// usvg refuses a document of more than a million nodes, so the logo does not decode and the
+/// Cloud logo is drawn instead (its teal square never is).
 #[tokio::test]
-async fn an_svg_with_a_million_nodes_ends_within_the_deadline() {
+async fn an_svg_with_a_million_nodes_falls_back_within_the_deadline() {
     let mut svg =
         format!(r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><!-- {MARKER} -->"#);
     svg.push_str(&"<path/>".repeat(1_000_000));
     svg.push_str(r##"<rect width="10" height="10" fill="#0d9488"/></svg>"##);
     assert!(svg.len() < APP_ICON_SOURCE_MAX_BYTES);
-    serve_hostile(&svg_uri(&svg)).await;
+    serve_hostile(&svg_uri(&svg), Outcome::Fallback).await;
 }
 
+/// The document decodes, so it is drawn as it is, without the fallback; the renderer never
+/// allocates the filter's region (it does not fit the canvas's integer coordinates).
 #[tokio::test]
-async fn an_svg_with_a_huge_filter_region_ends_within_the_deadline() {
+async fn an_svg_with_a_huge_filter_region_is_drawn_within_the_deadline() {
     let svg = format!(
         r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><!-- {MARKER} --><filter id="f" filterUnits="userSpaceOnUse" x="-1000000000" y="-1000000000" width="2000000000" height="2000000000"><feGaussianBlur stdDeviation="1000000"/><feMorphology radius="1000000"/><feTurbulence baseFrequency="0.5" numOctaves="100"/></filter><rect width="10" height="10" fill="#0d9488" filter="url(#f)"/></svg>"##
     );
-    serve_hostile(&svg_uri(&svg)).await;
+    serve_hostile(&svg_uri(&svg), Outcome::Drawn).await;
 }
 
+/// Over 10 MiB the setting does not count as a logo (§3 step 5): the source is the Cloud logo.
 #[tokio::test]
 async fn a_payload_one_byte_over_ten_mebibytes_draws_the_cloud_logo() {
     let mut payload = MARKER.as_bytes().to_vec();
     payload.resize(APP_ICON_SOURCE_MAX_BYTES + 1, b'x');
     let logo = format!("data:image/png;base64,{}", STANDARD.encode(&payload));
     assert!(parse_icon_source(&logo).is_cloud_logo());
-    let (status, image) = serve_hostile(&logo).await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(is_cloud_blue(&image.expect("png")));
+    serve_hostile(&logo, Outcome::CloudSource).await;
 }
 
+/// A valid data URI whose bytes are no image gets its own version, drawn from the fallback
+/// (§3, "Consequences").
 #[tokio::test]
 async fn a_data_uri_that_is_not_an_image_draws_the_cloud_logo() {
     let logo = format!(
         "data:image/png;base64,{}",
         STANDARD.encode(format!("{MARKER} not an image"))
     );
-    let (status, image) = serve_hostile(&logo).await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(is_cloud_blue(&image.expect("png")));
+    assert!(!parse_icon_source(&logo).is_cloud_logo());
+    serve_hostile(&logo, Outcome::Fallback).await;
 }
 
 /// The worker runs under the 512 MiB data limit and reports its peak memory.

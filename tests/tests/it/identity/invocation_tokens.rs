@@ -41,6 +41,13 @@ impl Keys {
             keys::import(&self.key.kid, &self.key.public, &self.key.private).expect("import");
         jwt::encode(&self.key.kid, typ, claims, &signing).expect("encode")
     }
+    /// Tokens of `claims` exactly at the size limit and one byte over it, otherwise the same.
+    fn size_twins(&self, claims: &Value) -> (String, String) {
+        let signing =
+            keys::import(&self.key.kid, &self.key.public, &self.key.private).expect("import");
+        jwt::testing::encode_size_twins(&self.key.kid, "cloud-invocation+jwt", claims, &signing)
+            .expect("twins")
+    }
     fn decoding(&self) -> Arc<DecodingKey> {
         Arc::new(keys::decoding_key(&self.key.public).expect("decoding"))
     }
@@ -588,17 +595,16 @@ async fn scenario_31_lifetime_and_size() {
     for claims in [long, future, past] {
         assert!(!accepts(&keys, &claims).await);
     }
-    let token = keys.sign(&base_claims());
-    let padded = format!("{token}{}", "A".repeat(4097 - token.len()));
+    // Signed by the trusted key with valid claims, refused for its size alone: its twin at
+    // the limit is accepted.
+    let (at_limit, over) = keys.size_twins(&base_claims());
+    assert_eq!((at_limit.len(), over.len()), (4096, 4097));
+    let expected = expect("weather", "widget.read:current", None, false);
     assert!(
-        check(
-            &keys,
-            &padded,
-            &expect("weather", "widget.read:current", None, false)
-        )
-        .await
-        .is_none()
+        check(&keys, &at_limit, &expected).await.is_some(),
+        "the twin at the limit"
     );
+    assert!(check(&keys, &over, &expected).await.is_none());
 }
 
 /// Scenario 32: two seconds of skew, no more (checked at one fixed instant).

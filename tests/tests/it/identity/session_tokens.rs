@@ -175,14 +175,27 @@ async fn scenario_15_nbf_is_rejected() {
     assert!(!verifies(&f, &sign(&f, "cloud-session+jwt", &c).await).await);
 }
 
-/// Scenario 15 and forged tokens: a 4097-byte token.
+/// Scenario 15 and forged tokens: a 4097-byte token signed by the active session key, with
+/// valid claims, is refused for its size alone: its 4096-byte twin verifies.
 #[tokio::test]
 async fn scenario_15_oversized_token_is_rejected() {
     let f = fixture().await;
-    let token = sign(&f, "cloud-session+jwt", &claims(f.user)).await;
-    let padded = format!("{token}{}", "A".repeat(4097 - token.len()));
-    assert_eq!(padded.len(), 4097);
-    assert!(!verifies(&f, &padded).await);
+    let signer = f
+        .core
+        .identity
+        .prepare_signer(Purpose::Session)
+        .await
+        .expect("signer");
+    let (at_limit, over) = jwt::testing::encode_size_twins(
+        &signer.kid,
+        "cloud-session+jwt",
+        &claims(f.user),
+        &signer.key,
+    )
+    .expect("twins");
+    assert_eq!((at_limit.len(), over.len()), (4096, 4097));
+    assert!(verifies(&f, &at_limit).await, "the twin at the limit");
+    assert!(!verifies(&f, &over).await);
 }
 
 /// Forged tokens: `alg: none`.

@@ -75,6 +75,16 @@ async fn an_sqs_batch_reports_exactly_the_failed_pass() {
     let trigger = outbox.queues.first().expect("an SQS trigger");
     assert_eq!(trigger.queue, "WakeupQueue");
     assert_eq!(trigger.response_types, ["ReportBatchItemFailures"]);
+    // Never more batches at once than the function may run beside its sweeps: a throttled
+    // batch goes back to the queue and counts toward the dead-letter queue.
+    let reserved = outbox.reserved_concurrency.expect("a reserved concurrency");
+    let pollers = trigger.maximum_concurrency.expect("a MaximumConcurrency");
+    assert!((2..=reserved).contains(&pollers), "{pollers} of {reserved}");
+    let sweeps = outbox.timeout.div_ceil(60);
+    assert!(
+        pollers + sweeps <= reserved,
+        "{pollers} + {sweeps} sweeps > {reserved}"
+    );
     sqlx::raw_sql(
         "CREATE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS
            $$ BEGIN RAISE EXCEPTION 'this outbox cannot be emptied'; END $$;

@@ -20,6 +20,22 @@ async fn last_login(pwa: &Pwa, user: uuid::Uuid) -> Option<chrono::DateTime<chro
         .expect("user")
 }
 
+/// Records a sign-in of `user` at `at`.
+async fn set_last_login(pwa: &Pwa, user: uuid::Uuid, at: chrono::DateTime<chrono::Utc>) {
+    sqlx::query("UPDATE auth.users SET last_login_local = $2 WHERE id = $1")
+        .bind(user)
+        .bind(at)
+        .execute(&pwa.core.pool)
+        .await
+        .expect("last login");
+}
+
+/// A sign-in long ago, to the microsecond: any write of the column (now, NULL, a rounding)
+/// changes it.
+fn long_ago() -> chrono::DateTime<chrono::Utc> {
+    "2021-03-04T05:06:07.123456Z".parse().expect("time")
+}
+
 /// Scenario 8: retries of a completed pairing — with the app session (nothing new), after a
 /// lost response (key rotated, old session ended, same device), two overlapping retries, a
 /// blocked retry, and re-pairing the same app.
@@ -114,8 +130,14 @@ async fn scenario_11_renewal() {
     let pwa = Pwa::new().await;
     let ada = pwa.user("Ada", false).await;
     let mut browser = pwa.browser(&ada).await;
+    // App sessions are no sign-in: pairing, renewal, recovery and rotation leave it as it is.
+    set_last_login(&pwa, ada.id, long_ago()).await;
     let (mut phone, device) = pwa.pair(&mut browser, "android").await;
-    let login_before = last_login(&pwa, ada.id).await;
+    assert_eq!(
+        last_login(&pwa, ada.id).await,
+        Some(long_ago()),
+        "pairing recorded a sign-in"
+    );
 
     let live = pwa.renew(&mut phone).await;
     live.expect(200, None);
@@ -132,8 +154,8 @@ async fn scenario_11_renewal() {
     assert_eq!(family_count(&pwa, device).await, 2);
     assert_eq!(
         last_login(&pwa, ada.id).await,
-        login_before,
-        "no sign-in recorded"
+        Some(long_ago()),
+        "renewal recorded a sign-in"
     );
 
     // The old key within the grace: nothing to do.
@@ -164,6 +186,11 @@ async fn scenario_11_renewal() {
     assert_eq!(rotated.body["renewed"], true);
     let with_session = pwa.renew(&mut newest).await;
     assert_eq!(with_session.body["renewed"], false);
+    assert_eq!(
+        last_login(&pwa, ada.id).await,
+        Some(long_ago()),
+        "recovery or rotation recorded a sign-in"
+    );
 
     // A stale key (two rotations back) and a wrong secret end the pairing on the phone.
     let mut stale = Jar::default();

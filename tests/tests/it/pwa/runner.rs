@@ -1,7 +1,8 @@
 //! The pairing walk through `k2b-local`, which registers the PWA shell: a browser signed in as
-//! the seeded administrator pairs a phone, and the phone renews and launches.
+//! the seeded administrator pairs a phone, and the phone renews and launches; none of the
+//! walk's secrets reaches the runner's output.
 
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb};
+use k2b_tests::{LocalRunner, LogCapture, TEST_APP_SECRET, TestDb};
 use serde_json::{Value, json};
 
 fn cookie_value(response: &reqwest::Response, name: &str) -> Option<String> {
@@ -23,6 +24,7 @@ async fn a_phone_pairs_through_the_runner() {
         ("DATABASE_URL", url.as_str()),
         ("APP_SECRET", TEST_APP_SECRET),
     ];
+    let logs = LogCapture::start();
     let runner = LocalRunner::start(&env);
     let base = runner.base_url.clone();
     let web_cookie = k2b_tests::admin_cookie(&env);
@@ -109,5 +111,31 @@ async fn a_phone_pairs_through_the_runner() {
         .expect("devices");
     let listed: Value = devices.json().await.expect("json");
     assert_eq!(listed["items"][0]["name"], "Android");
-    runner.stop();
+
+    let served = runner.stop();
+    assert!(
+        logs.own_text().contains("k2b-local listening on"),
+        "the capture holds the runner's output"
+    );
+    // `admin_cookie` prints the web session on purpose: only the server must never show it.
+    let web_token = web_cookie.split_once('=').map_or("", |(_, token)| token);
+    assert!(
+        !web_token.is_empty() && !served.contains(web_token),
+        "{served}"
+    );
+    let log = logs.text();
+    let code = claimed["code"].as_str().expect("code");
+    assert!(
+        !super::contains_code(&log, code),
+        "a log line holds the code"
+    );
+    let device_secret = device.split('.').nth(1).expect("device secret");
+    for secret in [
+        started["secret"].as_str().expect("link secret"),
+        pairing.as_str(),
+        session.as_str(),
+        device_secret,
+    ] {
+        assert!(!log.contains(secret), "a log line holds a secret");
+    }
 }

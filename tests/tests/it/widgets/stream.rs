@@ -140,7 +140,7 @@ async fn scenario_14_outcomes_and_a_partial_stream() {
         .expect("timeout line");
     assert!(timeout_line["ms"].as_u64().expect("ms") >= 500);
     // One warning each for the timeout and the error; none for forbidden or empty.
-    let logged = warnings(&log.text());
+    let logged = warnings(&log.own_text());
     let mut reasons: Vec<String> = logged
         .iter()
         .map(|l| {
@@ -357,7 +357,7 @@ async fn scenario_19_a_client_leaving_aborts_everything_quietly() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(Counters::get(&setup.counters.started), 8);
     assert_eq!(Counters::get(&setup.counters.aborted), 8);
-    assert!(warnings(&log.text()).is_empty(), "{}", log.text());
+    assert!(warnings(&log.own_text()).is_empty(), "{}", log.own_text());
 }
 
 /// Scenario 20: a signer guard that fails is a 503 and no stream.
@@ -380,7 +380,7 @@ async fn scenario_20_a_failing_signer_guard_is_unavailable() {
         "Widget invocation authority is currently unavailable"
     );
     assert!(providers[0].requests().is_empty());
-    let logged = warnings(&log.text());
+    let logged = warnings(&log.own_text());
     assert_eq!(
         logged[0]["fields"]["message"],
         "Widget invocation authority unavailable"
@@ -420,7 +420,7 @@ async fn an_unreadable_registry_is_unavailable() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["message"], "Widget registry is currently unavailable");
-    let logged = warnings(&log.text());
+    let logged = warnings(&log.own_text());
     assert_eq!(
         logged[0]["fields"]["message"],
         "Widget registry unavailable"
@@ -462,7 +462,7 @@ async fn the_stream_deadline_settles_the_rest_as_timeouts() {
         all.last(),
         Some(&json!({"type": "done", "status": "partial"}))
     );
-    let logged = warnings(&log.text());
+    let logged = warnings(&log.own_text());
     assert_eq!(logged.len(), 3, "{logged:?}");
     assert!(logged.iter().all(
         |l| l["fields"]["phase"] == "provider" && l["fields"]["reason"] == "deadline_exceeded"
