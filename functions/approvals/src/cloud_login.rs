@@ -151,7 +151,13 @@ async fn guarded(
         return Err(CloudLoginError::Forbidden);
     }
     let cors = from_app.then(|| cfg.app_origin.clone()).flatten();
-    let mut response = if !within_rate_limit(state, "cloud-login", &request).await {
+    let allowed = within_rate_limit(state, "cloud-login", &request)
+        .await
+        .map_err(|error| {
+            tracing::warn!(error = %error, router = "cloud-login", "rate limit unreadable");
+            CloudLoginError::Unavailable("RateLimitError")
+        })?;
+    let mut response = if !allowed {
         rate_limited()
     } else if request.method() == Method::OPTIONS {
         StatusCode::NO_CONTENT.into_response()

@@ -20,7 +20,6 @@ mod sessions;
 mod web;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, FromRef, Request, State};
@@ -33,7 +32,7 @@ use k2b_core::http::ApiError;
 use k2b_core::http::cookies::SetCookie;
 use k2b_core::http::headers::{client_request_id, request_id};
 use k2b_core::http::origin::origin_matches;
-use k2b_core::http::rate_limit::RateLimiter;
+use k2b_core::http::rate_limit::{self, RateLimitError};
 use k2b_core::http::routes::Routes;
 use k2b_core::pwa::PwaError;
 
@@ -41,7 +40,6 @@ use k2b_core::pwa::PwaError;
 #[derive(Clone)]
 pub struct ApprovalsState {
     pub core: Core,
-    pub limiter: Arc<RateLimiter>,
 }
 
 impl FromRef<ApprovalsState> for Core {
@@ -59,10 +57,7 @@ pub const FUNCTION: k2b_core::lambda::Function = k2b_core::lambda::Function {
 
 /// The function's routes.
 pub fn routes(core: Core) -> Routes {
-    let state = ApprovalsState {
-        core,
-        limiter: Arc::new(RateLimiter::new()),
-    };
+    let state = ApprovalsState { core };
     // A known path with another method is a bad request like any other (JSON body, PWA headers).
     let pwa = web::routes()
         .merge(phone::routes())
@@ -109,12 +104,12 @@ pub(crate) fn with_privacy_headers(mut response: Response) -> Response {
 }
 
 /// Whether the client may make one more request under `router`'s per-second limit
-/// (`security.rate_limit_per_second`, default 60).
+/// (`security.rate_limit_per_second`, default 60), counted for the whole installation.
 pub(crate) fn within_rate_limit<'a>(
     state: &'a ApprovalsState,
     router: &str,
     request: &Request,
-) -> impl Future<Output = bool> + Send + 'a {
+) -> impl Future<Output = Result<bool, RateLimitError>> + Send + 'a {
     // Only the key is kept: the request itself is not held across the settings read.
     let key = format!("{router}:{}", client_address(request));
     async move {
@@ -127,7 +122,7 @@ pub(crate) fn within_rate_limit<'a>(
             .and_then(|v| v.as_f64())
             .filter(|v| v.is_finite() && *v >= 1.0)
             .map_or(60, |v| v.min(f64::from(u32::MAX)) as u32);
-        state.limiter.allow(&key, limit)
+        rate_limit::allow(&state.core.pool, &key, limit).await
     }
 }
 
@@ -163,11 +158,20 @@ async fn guarded(state: &ApprovalsState, request: Request, next: Next) -> Respon
     } else {
         "web"
     };
-    if !within_rate_limit(state, router, &request).await {
-        if request.uri().path() == "/pwa/_auth/session/launch" {
-            return phone::launch_redirect(phone::UNAVAILABLE_TARGET, &[]);
+    match within_rate_limit(state, router, &request).await {
+        Ok(true) => {}
+        verdict => {
+            if request.uri().path() == "/pwa/_auth/session/launch" {
+                return phone::launch_redirect(phone::UNAVAILABLE_TARGET, &[]);
+            }
+            return match verdict {
+                Err(error) => {
+                    tracing::warn!(error = %error, router, "rate limit unreadable");
+                    PwaError::Unavailable("RateLimitError").into_response()
+                }
+                Ok(_) => rate_limited(),
+            };
         }
-        return rate_limited();
     }
     next.run(request).await
 }

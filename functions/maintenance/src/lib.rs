@@ -35,6 +35,11 @@ pub const REGISTRY_PRUNE_GRACE: Duration = Duration::from_secs(600);
 /// Registry rows deleted per run at most.
 pub const REGISTRY_PRUNE_BATCH: i64 = 100;
 
+/// Clients idle this long lose their rate-limit row (it only ever counts the current second).
+pub const REQUEST_RATE_IDLE: Duration = Duration::from_secs(60);
+/// Rate-limit rows deleted per run at most.
+pub const REQUEST_RATE_BATCH: i64 = 10_000;
+
 /// Expired attachment records forgotten per run at most.
 pub const MAIL_OBJECTS_BATCH: i64 = 1000;
 
@@ -42,6 +47,8 @@ pub const MAIL_OBJECTS_BATCH: i64 = 1000;
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct MaintenanceReport {
     pub registry_pruned: u64,
+    /// Rate-limit counts of clients idle for a minute, deleted.
+    pub request_rates_pruned: u64,
     /// Help corpora no app renewed within the retention (one per run).
     pub help_corpora_deleted: u64,
     /// Live sessions of accounts past their `account_expires`, ended.
@@ -82,12 +89,17 @@ pub enum MaintenanceError {
     CloudLogin(#[from] k2b_core::cloud_login::CloudLoginError),
     #[error("identity: {0}")]
     Identity(#[from] k2b_core::identity::IdentityError),
+    #[error("rate limit: {0}")]
+    RateLimit(#[from] k2b_core::http::rate_limit::RateLimitError),
 }
 
 /// Runs every task once and logs one line saying what changed.
 pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let registry_pruned =
         store::prune_expired(&core.pool, REGISTRY_PRUNE_GRACE, REGISTRY_PRUNE_BATCH).await?;
+    let request_rates_pruned =
+        k2b_core::http::rate_limit::prune(&core.pool, REQUEST_RATE_IDLE, REQUEST_RATE_BATCH)
+            .await?;
     let help_corpora_deleted = k2b_core::help::store::cleanup(&core.pool).await?;
     let expired_account_sessions =
         k2b_core::identity::session::end_sessions_of_expired_accounts(&core.pool).await?;
@@ -120,6 +132,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     let report = MaintenanceReport {
         outbox_oldest_due_age_seconds: oldest_due as u64,
         registry_pruned,
+        request_rates_pruned,
         help_corpora_deleted,
         expired_account_sessions,
         pwa,
@@ -134,6 +147,7 @@ pub async fn run(core: &Core) -> Result<MaintenanceReport, MaintenanceError> {
     } else {
         tracing::info!(
             registry_pruned = report.registry_pruned,
+            request_rates_pruned = report.request_rates_pruned,
             help_corpora_deleted = report.help_corpora_deleted,
             expired_account_sessions = report.expired_account_sessions,
             pairings_deleted = report.pwa.pairings_deleted,

@@ -637,3 +637,74 @@ async fn without_a_database_the_runner_starts_a_private_cluster_and_keeps_it() {
     assert!(!second.contains("created the database"), "{second}");
     assert!(!cluster.join("postmaster.pid").exists());
 }
+
+/// `security.rate_limit_per_second` holds for the installation: two runners on one database
+/// (two execution environments) share one allowance per client and second.
+#[tokio::test]
+async fn the_rate_limit_holds_across_two_runners_sharing_a_database() {
+    const LIMIT: usize = 4;
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("APP_SECRET", TEST_APP_SECRET),
+    ];
+    let set = run_local(
+        &env,
+        &[
+            "setting",
+            "set",
+            "security.rate_limit_per_second",
+            &LIMIT.to_string(),
+        ],
+        None,
+    );
+    assert!(set.status.success(), "{set:?}");
+    let first = LocalRunner::start(&env);
+    let second = LocalRunner::start(&env);
+    let client = reqwest::Client::new();
+    let database_second = || async {
+        sqlx::query_as::<_, (i64, f64)>(
+            "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint,
+                    (extract(epoch FROM clock_timestamp()) % 1)::float8",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .expect("clock")
+    };
+    // A burst of requests spread over both runners inside one second of the database's clock.
+    let mut measured = None;
+    for _ in 0..5 {
+        let (_, fraction) = database_second().await;
+        tokio::time::sleep(std::time::Duration::from_secs_f64(1.05 - fraction)).await;
+        let (start, _) = database_second().await;
+        let burst = (0..3 * LIMIT).map(|i| {
+            let base = if i % 2 == 0 {
+                &first.base_url
+            } else {
+                &second.base_url
+            };
+            client.get(format!("{base}/api/auth/pwa/v1/devices")).send()
+        });
+        let statuses: Vec<u16> = futures::future::join_all(burst)
+            .await
+            .into_iter()
+            .map(|response| response.expect("request").status().as_u16())
+            .collect();
+        let (end, _) = database_second().await;
+        if start == end {
+            measured = Some(statuses);
+            break;
+        }
+    }
+    let statuses = measured.expect("a burst within one second");
+    let allowed = statuses.iter().filter(|status| **status != 429).count();
+    assert_eq!(allowed, LIMIT, "{statuses:?}");
+    // The others reach the route, which refuses a caller without a session.
+    assert!(
+        statuses.iter().all(|s| (400..500).contains(s)),
+        "{statuses:?}"
+    );
+    first.stop();
+    second.stop();
+}

@@ -129,3 +129,24 @@ async fn a_local_run_removes_attachment_files_past_their_lifetime() {
     assert!(!old.exists());
     assert!(young.exists());
 }
+
+#[tokio::test]
+async fn a_run_forgets_the_rate_limit_counts_of_idle_clients() {
+    let db = TestDb::new().await;
+    let core = Core::with_pool(db.config(), db.pool.clone());
+    sqlx::query(
+        "INSERT INTO auth.request_rate (client_key, second, requests)
+         SELECT key, floor(extract(epoch FROM now()))::bigint - age, 1
+         FROM (VALUES ('web:idle', 61), ('web:recent', 5)) AS c(key, age)",
+    )
+    .execute(&db.pool)
+    .await
+    .expect("insert");
+    let report = maintenance::run(&core).await.expect("run");
+    assert_eq!(report.request_rates_pruned, 1);
+    let kept: Vec<String> = sqlx::query_scalar("SELECT client_key FROM auth.request_rate")
+        .fetch_all(&db.pool)
+        .await
+        .expect("read");
+    assert_eq!(kept, ["web:recent"]);
+}
