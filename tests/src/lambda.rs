@@ -441,7 +441,14 @@ async fn respond(
     let mut buffer = Vec::new();
     let mut body = body;
     // The prelude ends at eight NUL bytes; everything after is the body, passed on as it comes.
-    while let Some(Ok(frame)) = body.frame().await {
+    // A test that drops the response (the reader left) hangs up on the function, as the front
+    // door does: its next write to the response stream fails.
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            () = sender.closed(), if prelude_sender.is_none() => return StatusCode::ACCEPTED,
+        };
+        let Some(Ok(frame)) = frame else { break };
         match frame.into_data() {
             Ok(data) => {
                 if prelude_sender.is_none() {

@@ -26,7 +26,7 @@ use k2b_core::widgets::{
     DashboardWidget, MAX_STREAM_WIDGETS, WidgetResponse, WidgetSize, fit_size, list_widgets,
 };
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -421,13 +421,35 @@ pub(crate) async fn widgets(
         return ApiError::internal().into_response();
     }
     let cancel = CancellationToken::new();
-    // Dropping the body (the client went away) cancels the fan-out.
+    // Dropping the body (the client went away, a write to it failed) cancels the fan-out.
     let guard = cancel.clone().drop_guard();
+    // How many lines the response has taken: asked for line n, it has written lines 0..n (the
+    // server, or Lambda's response stream, asks again only after a write went through).
+    let (written_tx, written) = watch::channel(0usize);
+    let stream = Written {
+        receiver,
+        written: written_tx,
+        taken: 0,
+        _cancel: guard,
+    };
     // The fan-out logs under this invocation.
-    tokio::spawn(fan_out(state, jobs, context, stream_deadline, sender, cancel).in_current_span());
-    let lines = futures::stream::unfold((receiver, guard), |(mut receiver, guard)| async move {
-        let line = receiver.recv().await?;
-        Some((Ok::<_, Infallible>(line), (receiver, guard)))
+    tokio::spawn(
+        fan_out(
+            state,
+            jobs,
+            context,
+            stream_deadline,
+            sender,
+            written,
+            cancel,
+        )
+        .in_current_span(),
+    );
+    let lines = futures::stream::unfold(stream, |mut stream| async move {
+        stream.written.send_replace(stream.taken);
+        let line = stream.receiver.recv().await?;
+        stream.taken += 1;
+        Some((Ok::<_, Infallible>(line), stream))
     });
     (
         StatusCode::OK,
@@ -448,6 +470,15 @@ pub(crate) async fn widgets(
         Body::from_stream(lines),
     )
         .into_response()
+}
+
+/// The body's side of the stream: the lines, and what it tells the fan-out.
+struct Written {
+    receiver: mpsc::Receiver<Bytes>,
+    written: watch::Sender<usize>,
+    taken: usize,
+    /// Dropped with the body: cancels the fan-out.
+    _cancel: tokio_util::sync::DropGuard,
 }
 
 /// Runs one widget from its start to its line (logging its failure, if any).
@@ -496,13 +527,16 @@ async fn run_one(
 }
 
 /// Starts widgets in registry order with at most `concurrency` in flight and writes each line
-/// as it settles; then the `done` line. Stops silently when the client goes away.
+/// as it settles; then the `done` line. A widget starts only once every line so far was
+/// written, so a reader that left (the write failed, the body was dropped, the calls in flight
+/// were cancelled) never has another widget started for it. Stops silently then.
 async fn fan_out(
     state: WidgetsState,
     jobs: Vec<Job>,
     context: CallContext,
     stream_deadline: Instant,
     sender: mpsc::Sender<Bytes>,
+    mut written: watch::Receiver<usize>,
     cancel: CancellationToken,
 ) {
     let options = state.options.clone();
@@ -521,10 +555,13 @@ async fn fan_out(
     let mut queue = jobs.into_iter();
     let mut running = FuturesUnordered::new();
     let mut partial = false;
+    // Lines handed to the body so far: the start line.
+    let mut sent = 1usize;
     let deadline = sleep_until(stream_deadline);
     tokio::pin!(deadline);
     loop {
-        while running.len() < options.concurrency.max(1) {
+        let caught_up = *written.borrow() >= sent;
+        while caught_up && running.len() < options.concurrency.max(1) {
             let Some(job) = queue.next() else { break };
             running.push(run_one(
                 state.apps.clone(),
@@ -533,12 +570,17 @@ async fn fan_out(
                 options.timeout,
             ));
         }
-        if running.is_empty() {
+        if running.is_empty() && queue.len() == 0 {
             break;
         }
         tokio::select! {
             biased;
             () = cancel.cancelled() => return,
+            seen = written.changed(), if !caught_up => {
+                if seen.is_err() {
+                    return;
+                }
+            }
             () = &mut deadline => {
                 // Running calls are dropped (aborted); queued widgets never start.
                 running.clear();
@@ -567,6 +609,7 @@ async fn fan_out(
                 if sender.send(line).await.is_err() {
                     return;
                 }
+                sent += 1;
             }
         }
     }

@@ -99,3 +99,89 @@ async fn the_widget_stream_arrives_line_by_line_in_the_streaming_mode() {
     assert_eq!(delivered.status, 200);
     assert_eq!(delivered.json()["title"], "Fast");
 }
+
+/// A reader that leaves in the streaming mode: the function notices at its next write to the
+/// response stream, cancels the provider calls in flight and starts no more widgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_leaves_stops_the_stream_at_its_next_write() {
+    let stack = Stack::new().await;
+    let (_, cookie) = stack.admin().await;
+    let counters = Arc::new(Counters::default());
+    let network = k2b_tests::machine_address();
+    // The first widget settles soon after the reader left; the other nine never answer.
+    let quick = provider_on(
+        counters.clone(),
+        behaviour(|_| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            axum::Json(json!({"title": "Quick", "blocks": []}))
+        }),
+        network,
+    )
+    .await;
+    let hangs = provider_on(
+        counters.clone(),
+        behaviour(|_| async {
+            std::future::pending::<()>().await;
+            axum::http::StatusCode::OK
+        }),
+        network,
+    )
+    .await;
+    register(&stack.core, "app-00", &quick.origin, summary_widget()).await;
+    for i in 1..10 {
+        register(
+            &stack.core,
+            &format!("app-{i:02}"),
+            &hangs.origin,
+            summary_widget(),
+        )
+        .await;
+    }
+
+    let mut widgets = stack.start("widgets").await;
+    let request = stack
+        .gateway
+        .request("GET", "/api/widgets/v1", "/api/widgets/v1")
+        .header("Accept", "application/x-ndjson")
+        .header("Cookie", &cookie);
+    let mut streamed = widgets.invoke(request.event()).await.streamed();
+    let (_, first) = streamed
+        .next_chunk(Duration::from_secs(10))
+        .await
+        .expect("the start line");
+    let start: Value = serde_json::from_slice(first.trim_ascii()).expect("a JSON line");
+    assert_eq!(start["type"], "start", "{}", widgets.output());
+    assert_eq!(start["widgets"].as_array().map(Vec::len), Some(10));
+    // Eight calls run at once (the widgets' concurrency); two wait for a free place.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Counters::get(&counters.started) < 8 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(Counters::get(&counters.started), 8);
+    drop(streamed);
+
+    // The quick widget's line is the write that fails: the seven calls in flight are
+    // cancelled and the two waiting widgets never start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Counters::get(&counters.aborted) < 7 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(Counters::get(&counters.finished), 1, "{}", widgets.output());
+    assert_eq!(Counters::get(&counters.aborted), 7, "{}", widgets.output());
+    assert_eq!(Counters::get(&counters.started), 8, "{}", widgets.output());
+
+    // The function is free for the next invocation.
+    let single = stack
+        .gateway
+        .request(
+            "GET",
+            "/api/widgets/v1/{appId}/{widgetId}",
+            "/api/widgets/v1/app-00/summary",
+        )
+        .header("Accept", "application/json")
+        .header("Cookie", &cookie);
+    let delivered = stack.send(&mut widgets, &single).await;
+    assert_eq!(delivered.status, 200);
+    assert_eq!(delivered.json()["title"], "Quick");
+}
