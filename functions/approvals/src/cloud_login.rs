@@ -36,8 +36,8 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 use uuid::Uuid;
 
 use crate::{
-    ApprovalsState, RequestFacts, rate_limited, secure_cookies, with_cookies, with_privacy_headers,
-    within_rate_limit,
+    ApprovalsState, RateLimitedAnswer, RequestFacts, rate_limited, secure_cookies, with_cookies,
+    with_privacy_headers, within_rate_limit,
 };
 
 /// The paths an authenticator app calls from its own origin.
@@ -210,8 +210,7 @@ async fn preflight() -> StatusCode {
                 ("Access-Control-Max-Age" = String, description = "`300`."),
             )),
         (status = 403, description = "`FORBIDDEN`: an `Origin` that is neither the installation's nor the authenticator app's, or more than one.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the settings cannot be read or are not valid.", body = ErrorBody),
     )
 )]
@@ -237,8 +236,7 @@ async fn info_preflight() -> StatusCode {
                 ("Access-Control-Max-Age" = String, description = "`300`."),
             )),
         (status = 403, description = "`FORBIDDEN`: an `Origin` that is neither the installation's nor the authenticator app's, or more than one.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the settings cannot be read or are not valid.", body = ErrorBody),
     )
 )]
@@ -264,8 +262,7 @@ async fn claim_preflight() -> StatusCode {
                 ("Access-Control-Max-Age" = String, description = "`300`."),
             )),
         (status = 403, description = "`FORBIDDEN`: an `Origin` that is neither the installation's nor the authenticator app's, or more than one.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the settings cannot be read or are not valid.", body = ErrorBody),
     )
 )]
@@ -291,8 +288,7 @@ async fn result_preflight() -> StatusCode {
                 ("Access-Control-Max-Age" = String, description = "`300`."),
             )),
         (status = 403, description = "`FORBIDDEN`: an `Origin` that is neither the installation's nor the authenticator app's, or more than one.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the settings cannot be read or are not valid.", body = ErrorBody),
     )
 )]
@@ -367,8 +363,7 @@ struct Info {
     responses(
         (status = 200, description = "Cloud Login is on.", body = Info),
         (status = 403, description = "`FORBIDDEN`: an `Origin` that is neither the installation's nor the authenticator app's, or more than one.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -405,8 +400,7 @@ async fn info(State(state): State<ApprovalsState>) -> Result<Response, CloudLogi
         (status = 403, description = "`FORBIDDEN`: a wrong signature or secret, an expired or unknown pairing, an account that cannot be used, or a foreign `Origin`.", body = ErrorBody),
         (status = 409, description = "`CONFLICT`: the pairing is not pending.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -452,8 +446,7 @@ struct PairingReference {
         (status = 400, description = "`INVALID_REQUEST`: not JSON, or not a reference of the right shape.", body = ErrorBody),
         (status = 403, description = "`FORBIDDEN`: a wrong secret, another key, an expired or unknown pairing, or a foreign `Origin`.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -494,8 +487,7 @@ async fn result(
         (status = 403, description = "`FORBIDDEN`: another issuer, a time outside the window, an unknown or revoked device, a wrong signature, an account that cannot be used, or a foreign `Origin`.", body = ErrorBody),
         (status = 409, description = "`CONFLICT`: the `jti` was used before, or the sign-in is not pending or does not match.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -547,8 +539,7 @@ struct LoginStart {
         (status = 400, description = "`INVALID_REQUEST`: not JSON, or not `{identifier, category}` of the right shape.", body = ErrorBody),
         (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -622,8 +613,7 @@ fn preferred_wait(headers: &HeaderMap) -> Option<std::time::Duration> {
         (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
         (status = 404, description = "`UNAVAILABLE`: no such sign-in, or a wrong secret.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -674,8 +664,7 @@ async fn login_status(
         (status = 403, description = "`FORBIDDEN`: the approving device is revoked, the account cannot be used, or an `Origin` other than the installation's.", body = ErrorBody),
         (status = 409, description = "`CONFLICT`: unknown, not approved, expired, already consumed, or a wrong secret.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -818,8 +807,7 @@ struct PairingId {
         (status = 403, description = "`REAUTHENTICATE` (signed in more than 10 minutes ago) or `FORBIDDEN` (another session's pairing, an account that cannot be used, or an `Origin` other than the installation's).", body = ErrorBody),
         (status = 404, description = "`UNAVAILABLE`: no such pairing, or it expired.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -920,8 +908,7 @@ async fn pairing_confirm(
         (status = 404, description = "`UNAVAILABLE`: no such pairing.", body = ErrorBody),
         (status = 409, description = "`CONFLICT`: the pairing is confirmed.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: Cloud Login is off, its settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -969,8 +956,7 @@ struct DevicePage {
         (status = 400, description = "`INVALID_REQUEST`: `after` is not a UUID, or another query parameter.", body = ErrorBody),
         (status = 401, description = "`UNAUTHORIZED`: no signed-in browser.", body = ErrorBody),
         (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -1028,8 +1014,7 @@ enum DeviceUpdate {
         (status = 403, description = "`REAUTHENTICATE` (signed in more than 10 minutes ago), or `FORBIDDEN` (an account that cannot be used, or an `Origin` other than the installation's).", body = ErrorBody),
         (status = 404, description = "`UNAVAILABLE`: no such device of this person.", body = ErrorBody),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over 8192 bytes.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the settings are not valid, or a dependency failed.", body = ErrorBody),
     )
 )]

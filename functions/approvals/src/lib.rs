@@ -126,6 +126,36 @@ pub(crate) fn within_rate_limit<'a>(
     }
 }
 
+/// How [`rate_limited`] is documented on every route it guards.
+pub(crate) struct RateLimitedAnswer;
+
+impl utoipa::IntoResponses for RateLimitedAnswer {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::{RefOr, header::HeaderBuilder};
+        let mut answers = k2b_core::http::openapi::error_responses(&[(
+            "429",
+            "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).",
+        )]);
+        for answer in answers.values_mut() {
+            if let RefOr::T(response) = answer {
+                response.headers.insert(
+                    "Retry-After".to_string(),
+                    RefOr::T(
+                        HeaderBuilder::new()
+                            .schema(Some(<String as utoipa::PartialSchema>::schema()))
+                            .description(Some("`1`."))
+                            .build(),
+                    ),
+                );
+            }
+        }
+        answers
+    }
+}
+
 /// 429 `RATE_LIMITED` with `Retry-After: 1`.
 pub(crate) fn rate_limited() -> Response {
     let mut response = ApiError::new(

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
 
 use crate::sessions::{device_key, presented};
-use crate::{ApprovalsState, RequestFacts, secure_cookies, with_cookies};
+use crate::{ApprovalsState, RateLimitedAnswer, RequestFacts, secure_cookies, with_cookies};
 
 /// How long launch works before it redirects to [`UNAVAILABLE_TARGET`]: inside the route budget,
 /// so its answer is always its own 302.
@@ -143,8 +143,7 @@ struct Claimed {
         (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
         (status = 409, description = "`ALREADY_USED`: the link was already claimed.", body = ErrorBody),
         (status = 410, description = "`EXPIRED`: no such pairing, or it expired, was cancelled or is past its claim time.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the mobile app's shell is not installed, or a dependency failed.", body = ErrorBody),
     )
 )]
@@ -382,8 +381,7 @@ struct Renewal {
         (status = 401, description = "`UNPAIRED`: no, an unknown or a revoked device key; `pwa_session` and `pwa_device` are removed.", body = ErrorBody,
             headers(("Set-Cookie" = String, description = "The removal of `pwa_session` and `pwa_device`."))),
         (status = 403, description = "`FORBIDDEN` (an `Origin` other than the installation's) or `ACCOUNT_BLOCKED` (the account cannot use the mobile app now; the device stays paired).", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
         (status = 503, description = "`UNAVAILABLE`: the mobile app's shell is not installed, or a dependency failed (never signs the phone out).", body = ErrorBody),
     )
 )]
@@ -527,8 +525,7 @@ struct RenameBody {
         (status = 400, description = "`INVALID_REQUEST`: not `{name}` with 1 to 80 characters after trimming (or over 8192 bytes).", body = ErrorBody),
         (status = 401, description = "`UNPAIRED`: no, an unknown or a revoked device key.", body = ErrorBody),
         (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn rename(State(state): State<ApprovalsState>, headers: HeaderMap, body: Body) -> Response {
@@ -567,8 +564,7 @@ async fn rename(State(state): State<ApprovalsState>, headers: HeaderMap, body: B
         (status = 204, description = "Unpaired (whatever the key was); the cookies are removed.",
             headers(("Set-Cookie" = String, description = "The removal of `pwa_session`, `pwa_device` and `pwa_pairing`."))),
         (status = 403, description = "`FORBIDDEN`: an `Origin` other than the installation's.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn unpair(State(state): State<ApprovalsState>, headers: HeaderMap) -> Response {

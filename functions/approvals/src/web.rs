@@ -16,7 +16,7 @@ use utoipa::{OpenApi, ToSchema};
 use uuid::Uuid;
 
 use crate::sessions::web_actor;
-use crate::{ApprovalsState, RequestFacts};
+use crate::{ApprovalsState, RateLimitedAnswer, RequestFacts};
 
 pub(crate) fn routes() -> Routes<ApprovalsState> {
     Routes::new()
@@ -102,8 +102,7 @@ async fn start(
         (status = 403, description = "`FORBIDDEN` (not a browser session) or `REAUTHENTICATE` (no valid browser session).", body = ErrorBody),
         (status = 404, description = "`NOT_FOUND`: no such pairing of this browser session.", body = ErrorBody),
         (status = 410, description = "`EXPIRED`: the pairing expired, was not claimed in time, or the account signed out everywhere.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn inspect(
@@ -147,8 +146,7 @@ struct ConfirmBody {
         (status = 404, description = "`NOT_FOUND`: no such pairing of this browser session.", body = ErrorBody),
         (status = 409, description = "`WRONG_CODE` (with `attemptsLeft`), or `CONFLICT` (the pairing is not claimed).", body = ErrorBody),
         (status = 410, description = "`EXPIRED`: the pairing expired, was cancelled (also by the third wrong code: `attemptsLeft: 0`), or its browser session ended.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn confirm(
@@ -187,8 +185,7 @@ async fn confirm(
         (status = 403, description = "`FORBIDDEN` (not a browser session, or an `Origin` other than the installation's) or `REAUTHENTICATE` (no valid browser session).", body = ErrorBody),
         (status = 404, description = "`NOT_FOUND`: no such pairing of this browser session.", body = ErrorBody),
         (status = 409, description = "`CONFLICT`: the pairing is completed.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn cancel(
@@ -224,8 +221,7 @@ struct DeviceList {
     responses(
         (status = 200, description = "The devices.", body = DeviceList),
         (status = 403, description = "`FORBIDDEN` (not a browser session) or `REAUTHENTICATE` (no valid browser session).", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn list_devices(
@@ -257,8 +253,7 @@ async fn list_devices(
         (status = 400, description = "`INVALID_REQUEST`: the id is not a UUID.", body = ErrorBody),
         (status = 403, description = "`FORBIDDEN` (not a browser session, or an `Origin` other than the installation's) or `REAUTHENTICATE` (no valid browser session).", body = ErrorBody),
         (status = 404, description = "`NOT_FOUND`: no such device of this person.", body = ErrorBody),
-        (status = 429, description = "`RATE_LIMITED`: too many requests from this client (`Retry-After: 1`).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "`1`."))),
+        RateLimitedAnswer,
     )
 )]
 async fn revoke_device(

@@ -36,6 +36,61 @@ use uuid::Uuid;
 use crate::app::url_pairs;
 
 /// Admin bodies are small JSON documents.
+/// Who may call an administration route that changes something, and what any of them answers
+/// besides its own: not signed in, not an administrator's own web session or not from the
+/// installation's pages, storage failed, authentication or the origin unreadable.
+struct ChangeAnswers;
+
+impl utoipa::IntoResponses for ChangeAnswers {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        k2b_core::http::openapi::error_responses(&[
+            ("401", NOT_SIGNED_IN),
+            (
+                "403",
+                "Not an administrator's own web session (app sessions, OAuth tokens and app \
+                 credentials are refused), or the `Origin` is not the installation's own.",
+            ),
+            ("500", STORAGE_FAILED),
+            (
+                "503",
+                "Authentication or the installation's origin cannot be read right now, or the \
+                 request ran past its time budget.",
+            ),
+        ])
+    }
+}
+
+/// [`ChangeAnswers`] of the routes that only read: no `Origin` is needed.
+struct ReadAnswers;
+
+impl utoipa::IntoResponses for ReadAnswers {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        k2b_core::http::openapi::error_responses(&[
+            ("401", NOT_SIGNED_IN),
+            (
+                "403",
+                "Not an administrator's own web session (app sessions, OAuth tokens and app \
+                 credentials are refused).",
+            ),
+            ("500", STORAGE_FAILED),
+            (
+                "503",
+                "Authentication is unavailable right now, or the request ran past its time \
+                 budget.",
+            ),
+        ])
+    }
+}
+
+const NOT_SIGNED_IN: &str = "Not signed in.";
+const STORAGE_FAILED: &str = "`mail_unavailable`: storage failed.";
+
 const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// The administrators' part of the document.
@@ -169,13 +224,7 @@ fn always_true() -> utoipa::openapi::schema::Object {
         (status = 404, description = "`profile_unknown`: no profile has this key.", body = ErrorBody),
         (status = 502, description = "`smtp_failed`: the server refused or could not be \
             reached (its redacted answer is the message).", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn test_profile(
@@ -320,12 +369,7 @@ fn unknown_message() -> MailError {
     security(("session" = [])),
     responses(
         (status = 200, description = "The retention.", body = Retention),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn get_retention(
@@ -354,13 +398,7 @@ async fn get_retention(
         (status = 400, description = "`bad_input`: not JSON, over 64 KiB, or not \
             `{contentDays, recordDays}` of 1–36500 days with `recordDays` ≥ `contentDays`.",
             body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn put_retention(
@@ -486,12 +524,7 @@ fn admin_query(query: Option<&str>) -> Result<(LogQuery, PageParams), MailError>
         (status = 200, description = "One page of records.", body = AdminRecordPage),
         (status = 400, description = "`bad_input`: an unknown, repeated or invalid parameter, \
             an invalid cursor, or a search that took too long.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn list_messages(
@@ -518,12 +551,7 @@ async fn list_messages(
         (status = 200, description = "The record.", body = AdminRecord),
         (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
         (status = 404, description = "`message_unknown`.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn get_message(
@@ -554,12 +582,7 @@ async fn get_message(
         (status = 200, description = "The content, or when it was purged.", body = MessageContent),
         (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
         (status = 404, description = "`message_unknown`.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn get_content(
@@ -591,13 +614,7 @@ async fn get_content(
         (status = 404, description = "`message_unknown`.", body = ErrorBody),
         (status = 409, description = "`message_not_queued`: it is no longer queued.",
             body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn cancel_message(
@@ -642,13 +659,7 @@ struct BatchCancelled {
         (status = 200, description = "How many were cancelled.", body = BatchCancelled),
         (status = 400, description = "`bad_input`: the id is not a UUID.", body = ErrorBody),
         (status = 404, description = "`batch_unknown`.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn cancel_batch(
@@ -682,12 +693,7 @@ struct AdminProfiles {
     security(("session" = [])),
     responses(
         (status = 200, description = "The profiles.", body = AdminProfiles),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn list_profiles(
@@ -731,12 +737,7 @@ fn unknown_profile() -> MailError {
         (status = 200, description = "The profile.", body = AdminProfile),
         (status = 400, description = "`invalid_profile`: not a profile key.", body = ErrorBody),
         (status = 404, description = "`profile_unknown`.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn get_profile(
@@ -776,13 +777,7 @@ async fn get_profile(
             password.", body = ErrorBody),
         (status = 409, description = "`profile_exists` (no `revision` for an existing \
             profile) or `revision_conflict` (stale or deleted meanwhile).", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn put_profile(
@@ -824,13 +819,7 @@ async fn put_profile(
         (status = 404, description = "`profile_unknown`.", body = ErrorBody),
         (status = 409, description = "`profile_is_default`: make another profile the default \
             first.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn delete_profile(
@@ -861,13 +850,7 @@ async fn delete_profile(
         (status = 200, description = "The profile, now the default.", body = AdminProfile),
         (status = 400, description = "`invalid_profile`: not a profile key.", body = ErrorBody),
         (status = 404, description = "`profile_unknown`.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn make_default(
@@ -892,12 +875,7 @@ async fn make_default(
     security(("session" = [])),
     responses(
         (status = 200, description = "The apps and the default profile.", body = MailApps),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused).", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication is unavailable right now, or the request \
-            ran past its time budget.", body = ErrorBody),
+        ReadAnswers,
     )
 )]
 async fn list_apps(
@@ -929,13 +907,7 @@ async fn list_apps(
         (status = 400, description = "`invalid_profile`: not JSON, over 64 KiB, an invalid \
             body, or Core's or an invalid app id; `profile_unknown`: a named profile does not \
             exist.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn put_access(
@@ -973,13 +945,7 @@ async fn put_access(
         (status = 400, description = "`bad_input`: not JSON, over 64 KiB, an invalid body, an \
             app that cannot be granted (empty, `core`, the reader itself), or Core's or an \
             invalid app id.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "Not an administrator's own web session (app sessions, \
-            OAuth tokens and app credentials are refused), or the `Origin` is not the \
-            installation's own.", body = ErrorBody),
-        (status = 500, description = "`mail_unavailable`: storage failed.", body = ErrorBody),
-        (status = 503, description = "Authentication or the installation's origin cannot be \
-            read right now, or the request ran past its time budget.", body = ErrorBody),
+        ChangeAnswers,
     )
 )]
 async fn put_log_access(

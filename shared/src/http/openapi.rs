@@ -177,6 +177,17 @@ pub fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
     )
 }
 
+/// Answers with the `Error` body, `(status, description)` each: the body of an
+/// [`utoipa::IntoResponses`] set that many operations share.
+pub fn error_responses(
+    answers: &[(&str, &str)],
+) -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+    answers
+        .iter()
+        .map(|(status, description)| (status.to_string(), error_response(description)))
+        .collect()
+}
+
 /// The methods a path item documents, lower case as in the document.
 pub fn methods_of(item: &utoipa::openapi::PathItem) -> Vec<&'static str> {
     [
