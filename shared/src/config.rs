@@ -40,6 +40,10 @@ pub fn local_database_url(port: Option<&str>) -> Result<String, ConfigError> {
 /// Shortest `APP_SECRET` accepted outside local mode: 32 characters of entropy for the settings key.
 pub const MIN_APP_SECRET_CHARS: usize = 32;
 
+/// A scheduled `outbox` run listens for a minute and five seconds: the next run (a minute
+/// later) is listening before this one stops, so no commit falls between two runs.
+pub const DEFAULT_OUTBOX_FOLLOW: Duration = Duration::from_secs(65);
+
 /// Where the process runs. Local mode fills in safe development defaults and relaxes cookie
 /// `Secure` flags; production insists on every secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +180,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `K2B_SETTINGS_CACHE_MS`: how long a setting read is reused in this process.
     pub settings_cache: Duration,
+    /// `K2B_OUTBOX_FOLLOW_SECONDS`: how long a scheduled `outbox` run keeps listening for rows
+    /// that writers commit (0: the run sweeps and ends).
+    pub outbox_follow: Duration,
     /// Signing-key encryption and JWKS locations.
     pub identity: IdentityConfig,
     /// `K2B_WAKEUP_QUEUE_URL`: SQS queue of outbox wake-ups (unset, only in local mode:
@@ -285,6 +292,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "K2B_SETTINGS_CACHE_MS",
         "in-process settings cache lifetime",
+    ),
+    (
+        "K2B_OUTBOX_FOLLOW_SECONDS",
+        "how long a scheduled outbox run listens for new rows",
     ),
     (
         "K2B_SMTP_CA_FILE",
@@ -442,6 +453,13 @@ impl Config {
         };
 
         let settings_cache_ms = parse_number(&get, "K2B_SETTINGS_CACHE_MS", 0, 300_000, 5_000)?;
+        let outbox_follow_s = parse_number(
+            &get,
+            "K2B_OUTBOX_FOLLOW_SECONDS",
+            0,
+            600,
+            DEFAULT_OUTBOX_FOLLOW.as_secs(),
+        )?;
 
         let keks = if needs.signing_keys {
             Some(parse_keks(&lookup, mode, &mut local_defaults)?)
@@ -586,6 +604,7 @@ impl Config {
             },
             log_format,
             settings_cache: Duration::from_millis(settings_cache_ms),
+            outbox_follow: Duration::from_secs(outbox_follow_s),
             identity: IdentityConfig {
                 keks,
                 jwks_origin,
@@ -812,6 +831,7 @@ mod tests {
             ("K2B_DB_ACQUIRE_TIMEOUT_MS", "5"),
             ("K2B_LOG_FORMAT", "xml"),
             ("K2B_SETTINGS_CACHE_MS", "-1"),
+            ("K2B_OUTBOX_FOLLOW_SECONDS", "601"),
             ("CLOUD_IDENTITY_KEY_ENCRYPTION_KEY", "short"),
             ("CLOUD_IDENTITY_NEXT_KEY", "zz"),
             ("CLOUD_IDENTITY_JWKS_ORIGIN", "file:///tmp/core"),

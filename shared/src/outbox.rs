@@ -10,6 +10,7 @@ pub mod batch;
 pub mod config;
 pub mod drain;
 pub mod engine;
+pub mod follow;
 pub mod live;
 pub mod wakeup;
 
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use config::OutboxConfig;
 pub use drain::{Drainer, OutboxResolver, PassOutcome};
 pub use engine::{Outbox, OutboxRow, PublishError, Publisher, backoff};
+pub use follow::{FollowReport, Follower};
 pub use wakeup::{LocalWakeups, NoWakeupQueue, SqsWakeups, WakeRequest, Wakeups};
 
 /// The outbox area's one error type.

@@ -5,7 +5,10 @@
 //!   come back (and land in the dead-letter queue after repeated failures).
 //! - Schedule trigger (every minute): a pass of every outbox with rows (lost wake-ups, retries
 //!   that fell due), which for outgoing mail is its recovery scan; a wake-up delayed by 30 s runs
-//!   the scan again half a minute later; and once a day from 00:00 UTC the mail retention.
+//!   the scan again half a minute later; and once a day from 00:00 UTC the mail retention. Then
+//!   the run follows the live outboxes for the rest of `K2B_OUTBOX_FOLLOW_SECONDS` (65 s: the
+//!   next run listens before this one stops): a live row any writer commits is published at
+//!   once, without a wake-up message (writers outside this bundle cannot send one).
 //!
 //! Passes stop claiming when the invocation has less than a claim period (plus a margin) left.
 
@@ -18,7 +21,9 @@ use k2b_core::lambda::{EventFuture, Function, Invocation};
 use k2b_core::mail::MailError;
 use k2b_core::mail::delivery::{RECOVERY_PERIOD, recovery_wakeup};
 use k2b_core::mail::retention::{self, Removed};
-use k2b_core::outbox::{Drainer, OutboxError, OutboxRef, PassOutcome};
+use k2b_core::outbox::config::DEFAULT_CLAIM;
+use k2b_core::outbox::engine::DEADLINE_MARGIN;
+use k2b_core::outbox::{Drainer, FollowReport, Follower, OutboxError, OutboxRef, PassOutcome};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -91,6 +96,9 @@ pub struct SweepReport {
     /// The day's mail retention, when this run did it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mail_retention: Option<Removed>,
+    /// What the run did while following the live outboxes after the sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub followed: Option<FollowReport>,
 }
 
 /// A pass of every outbox with rows.
@@ -179,6 +187,83 @@ pub async fn handle(
         let response = handle_wakeups(drainer, event, deadline).await;
         return serde_json::to_value(response).map_err(|e| OutboxError::Queue(e.to_string()));
     }
-    let report = scheduled(core, drainer, deadline).await?;
+    let report = scheduled_and_follow(core, drainer, deadline).await?;
     serde_json::to_value(report).map_err(|e| OutboxError::Queue(e.to_string()))
+}
+
+/// The schedule's run in an execution environment: listening first (so no commit during the
+/// sweep goes unheard), [`scheduled`], then following the live outboxes until the follow time
+/// is over or too little of the invocation is left for a pass to claim.
+pub async fn scheduled_and_follow(
+    core: &Core,
+    drainer: &Drainer,
+    deadline: Option<Instant>,
+) -> Result<SweepReport, OutboxError> {
+    let started = Instant::now();
+    let follow = core.config.outbox_follow;
+    let follower = if follow.is_zero() {
+        None
+    } else {
+        match Follower::listen(&core.pool).await {
+            Ok(follower) => Some(follower),
+            Err(error) => {
+                tracing::warn!(error = %error, "live outboxes not followed; the sweep covers them");
+                None
+            }
+        }
+    };
+    let mut report = scheduled(core, drainer, deadline).await?;
+    if let Some(follower) = follower {
+        let until = follow_until(started, follow, deadline);
+        let followed = follower.follow(drainer, Some(until), deadline).await;
+        tracing::info!(
+            notifications = followed.notifications,
+            passes = followed.passes,
+            drained = followed.drained,
+            failed = followed.failed,
+            "live outboxes followed"
+        );
+        report.followed = Some(followed);
+    }
+    Ok(report)
+}
+
+/// When following stops: after the follow time, or once a live pass could no longer claim
+/// before the invocation's deadline.
+fn follow_until(
+    started: Instant,
+    follow: std::time::Duration,
+    deadline: Option<Instant>,
+) -> Instant {
+    let end = started + follow;
+    match deadline {
+        Some(deadline) => end.min(
+            deadline
+                .checked_sub(DEFAULT_CLAIM + DEADLINE_MARGIN)
+                .unwrap_or(started),
+        ),
+        None => end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn following_ends_while_a_pass_can_still_claim() {
+        let started = Instant::now();
+        let follow = Duration::from_secs(65);
+        // The template's 150 s: the whole follow time.
+        let long = follow_until(started, follow, Some(started + Duration::from_secs(150)));
+        assert_eq!(long, started + follow);
+        // A short invocation stops following a claim and a margin before its end.
+        let short = follow_until(started, follow, Some(started + Duration::from_secs(45)));
+        assert_eq!(short, started + Duration::from_secs(10));
+        // Too short for any claim: no following at all.
+        let none = follow_until(started, follow, Some(started + Duration::from_secs(20)));
+        assert!(none <= started);
+        assert_eq!(follow_until(started, follow, None), started + follow);
+    }
 }

@@ -408,7 +408,8 @@ fn start_timers(core: &Core, heartbeat: Heartbeat) {
         }
     });
     // Outbox wake-ups are delivered in process: each runs a pass of its outbox (a delayed one
-    // after its delay); a sweep every minute catches retries that fell due.
+    // after its delay); a follower hears live rows committed by any writer; a sweep every
+    // minute catches retries that fell due.
     if let Some(local) = &core.local_wakeups {
         let mut wakeups = local.subscribe();
         let drainer = std::sync::Arc::new(core.drainer());
@@ -422,6 +423,22 @@ fn start_timers(core: &Core, heartbeat: Heartbeat) {
                     }
                     drainer.run([request.target], None).await;
                 });
+            }
+        });
+        // Live rows any writer commits (SQL alone included) are heard at once.
+        let follow_core = core.clone();
+        let follow_drainer = drainer.clone();
+        tokio::spawn(async move {
+            loop {
+                match k2b_core::outbox::Follower::listen(&follow_core.pool).await {
+                    Ok(follower) => {
+                        follower.follow(&follow_drainer, None, None).await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %error, "live outboxes not followed; retrying")
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
             }
         });
         let sweep_core = core.clone();

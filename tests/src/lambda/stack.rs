@@ -123,6 +123,20 @@ impl Stack {
         self.start_with(binary, &self.environment(binary)).await
     }
 
+    /// Starts a function's binary with the template's environment, some variables changed.
+    pub async fn start_overriding(
+        &self,
+        binary: &str,
+        changed: &[(&str, &str)],
+    ) -> FunctionProcess {
+        let mut environment = self.environment(binary);
+        for (name, value) in changed {
+            environment.retain(|(existing, _)| existing != name);
+            environment.push((name.to_string(), value.to_string()));
+        }
+        self.start_with(binary, &environment).await
+    }
+
     /// Starts a function's binary with a given environment.
     pub async fn start_with(
         &self,

@@ -155,7 +155,10 @@ async fn every_schedule_runs_its_function() {
         for schedule in &function.schedules {
             let event = scheduled_event(schedule);
             assert_eq!(event["detail-type"], "Scheduled Event");
-            let mut process = stack.start(&function.binary).await;
+            // The outbox's run is its sweep only here (following is tested on its own).
+            let mut process = stack
+                .start_overriding(&function.binary, &[("K2B_OUTBOX_FOLLOW_SECONDS", "0")])
+                .await;
             let report: Value = process.invoke(event).await.response();
             match function.binary.as_str() {
                 "keys" => {
@@ -183,4 +186,62 @@ async fn every_schedule_runs_its_function() {
     }
     ran.sort();
     assert_eq!(ran, ["keys", "maintenance", "outbox"]);
+}
+
+/// A live update from a writer that only runs SQL (another app's transaction, no wake-up
+/// message) reaches the live queue during the schedule's run: the run listens before its sweep
+/// and follows the live outboxes afterwards, so the row does not wait for the next minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_committed_by_plain_sql_is_published_while_the_run_follows() {
+    let stack = Stack::with_queues().await;
+    let schedule = stack.deployment.function("outbox").schedules[0].clone();
+    // A row for the sweep: once it is gone, the run is following.
+    enqueue(&stack, "ext", "before").await;
+    let mut function = stack
+        .start_overriding("outbox", &[("K2B_OUTBOX_FOLLOW_SECONDS", "8")])
+        .await;
+    let writer = async {
+        let waited = std::time::Instant::now();
+        while rows_of(&stack, "ext").await > 0 {
+            assert!(waited.elapsed().as_secs() < 20, "the sweep never ran");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // SQL only, on the test's own connection.
+        let mut conn = stack.db.pool.acquire().await.expect("connection");
+        sqlx::query(
+            "SELECT events.enqueue(gen_random_uuid(), 'ext', 'live', 'after', '{\"n\": 2}'::jsonb)",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("enqueue");
+        let committed = std::time::Instant::now();
+        let mut groups = Vec::new();
+        while !groups.contains(&"ext:after".to_string()) {
+            assert!(
+                committed.elapsed().as_secs() < 6,
+                "not published during the run: {groups:?}"
+            );
+            groups.extend(received(&stack, "LiveQueue").await);
+        }
+        (committed.elapsed(), groups)
+    };
+    let (outcome, (latency, groups)) =
+        tokio::join!(function.invoke(scheduled_event(&schedule)), writer);
+    let report = outcome.response();
+    println!("plain SQL commit -> live queue: {latency:?}");
+    assert_eq!(
+        report["drained"], 1,
+        "the sweep took the first row: {report}"
+    );
+    let followed = &report["followed"];
+    assert!(followed["notifications"].as_u64() >= Some(1), "{report}");
+    assert_eq!(
+        followed["drained"], 1,
+        "the followed pass published the SQL row: {report}"
+    );
+    assert_eq!(followed["failed"], 0, "{report}");
+    assert!(groups.contains(&"ext:before".to_string()), "{groups:?}");
+    assert_eq!(rows_of(&stack, "ext").await, 0);
+    // Nothing asked for it: no wake-up message was sent.
+    assert!(received(&stack, "WakeupQueue").await.is_empty());
 }

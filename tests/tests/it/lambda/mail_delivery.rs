@@ -95,7 +95,10 @@ async fn a_delivery_killed_mid_attempt_is_sent_again_once_with_the_same_message_
     .await
     .expect("age the claim");
     sink.hold_data(false);
-    let mut second = stack.start("outbox").await;
+    // The sweep alone (no following of the live outboxes afterwards).
+    let mut second = stack
+        .start_overriding("outbox", &[("K2B_OUTBOX_FOLLOW_SECONDS", "0")])
+        .await;
     let schedule = stack
         .deployment
         .function("outbox")

@@ -275,3 +275,46 @@ async fn a_wake_up_after_commit_drains_the_app_outbox_in_process() {
     };
     assert!(core.drainer().run([stranger], None).await.is_empty());
 }
+
+/// A follower (the local runner's, and the scheduled run's) hears a live row committed by a
+/// writer that only runs SQL, sends no wake-up and uses no code of this bundle, and publishes it.
+#[tokio::test]
+async fn a_follower_publishes_a_row_committed_by_plain_sql() {
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    let drainer = core.drainer();
+    let follower = k2b_core::outbox::Follower::listen(&db.pool)
+        .await
+        .expect("listen");
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    let writer = async {
+        let mut tx = db.pool.begin().await.expect("begin");
+        for n in 0..3 {
+            sqlx::query(
+                "SELECT events.enqueue(gen_random_uuid(), 'crm', 'live', 'deal:1', jsonb_build_object('n', $1::int))",
+            )
+            .bind(n)
+            .execute(&mut *tx)
+            .await
+            .expect("enqueue");
+        }
+        tx.commit().await.expect("commit");
+        // Another app's outbox in its own transaction.
+        sqlx::query(
+            "SELECT events.enqueue(gen_random_uuid(), 'notes', 'live', 'n:1', '{}'::jsonb)",
+        )
+        .execute(&db.pool)
+        .await
+        .expect("enqueue");
+    };
+    let (report, ()) = tokio::join!(follower.follow(&drainer, Some(until), None), writer);
+    // One notification per transaction and app (Postgres folds identical ones).
+    assert_eq!(report.notifications, 2, "{report:?}");
+    assert_eq!(report.drained, 4, "{report:?}");
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert_eq!(count(&db.pool, "events.outbox").await, 0);
+    let events = core.memory_live.as_ref().expect("memory").events();
+    let mut apps: Vec<_> = events.iter().map(|e| e.app_id.clone()).collect();
+    apps.sort();
+    assert_eq!(apps, ["crm", "crm", "crm", "notes"]);
+}
