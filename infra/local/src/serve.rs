@@ -432,6 +432,10 @@ fn start_timers(core: &Core, heartbeat: Heartbeat) {
             loop {
                 match k2b_core::outbox::Follower::listen(&follow_core.pool).await {
                     Ok(follower) => {
+                        // What was committed before the listener was up was not heard.
+                        if let Err(error) = follow_drainer.sweep(None).await {
+                            tracing::warn!(error = %error, "outbox sweep after listening failed");
+                        }
                         follower.follow(&follow_drainer, None, None).await;
                     }
                     Err(error) => {
