@@ -6,10 +6,15 @@ use std::sync::LazyLock;
 
 use tokio::sync::Semaphore;
 
-static PERMITS: LazyLock<Semaphore> = LazyLock::new(|| {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    Semaphore::new(cores)
-});
+static CORES: LazyLock<usize> =
+    LazyLock::new(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+
+static PERMITS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(*CORES));
+
+/// The jobs that run at once: one per core this process may use.
+pub fn cores() -> usize {
+    *CORES
+}
 
 /// Why a job did not produce its result.
 #[derive(Debug, thiserror::Error)]

@@ -274,22 +274,21 @@ pub fn render_all_with(
     variants: &[VariantSpec],
     compression: png::Compression,
 ) -> Result<(Icons, bool), DrawError> {
+    let box_of =
+        |variant: &VariantSpec| (f64::from(variant.size) * variant.box_fraction).round() as u32;
+    // The logo decodes once per run. An SVG is parsed at the largest box and each size renders
+    // the same vector tree scaled to its own box, so every size stays sharp.
+    let largest_box = variants.iter().map(box_of).max().unwrap_or(1);
     let mut used_fallback = false;
-    let mut raster: Option<Option<Decoded>> = None;
+    let mut decoded: Option<Option<Decoded>> = None;
     let mut icons = Vec::with_capacity(variants.len());
     for variant in variants {
-        let box_px = (f64::from(variant.size) * variant.box_fraction).round() as u32;
-        let sized;
+        let box_px = box_of(variant);
         let logo = if used_fallback {
             None
-        } else if mime == "image/svg+xml" {
-            // Each size parses its own rewritten document, so vectors stay sharp.
-            sized = decode(source, mime, box_px).ok().filter(usable);
-            sized.as_ref()
         } else {
-            // A raster decodes the same for every size: once per run.
-            raster
-                .get_or_insert_with(|| decode(source, mime, box_px).ok().filter(usable))
+            decoded
+                .get_or_insert_with(|| decode(source, mime, largest_box).ok().filter(usable))
                 .as_ref()
         };
         let png = match logo {

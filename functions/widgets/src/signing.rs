@@ -1,6 +1,7 @@
 //! Invocation tokens for a dashboard: one signer guard (the active key checked and held `FOR
-//! KEY SHARE` once), and inside it one token per widget, signed off the async workers (one job
-//! per core at a time across the process), at most `concurrency` of a dashboard queued at once.
+//! KEY SHARE` once), and inside it one token per widget, signed off the async workers in at most
+//! one job per core (and no more than `concurrency`), each job signing its share in turn; jobs
+//! of all requests take turns on the process's cores.
 //! A token that cannot be signed fails only its widget.
 //!
 //! A token this environment released earlier is released again instead of a new signature when
@@ -19,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
 use k2b_core::Core;
 use k2b_core::auth::Actor;
 use k2b_core::identity::invocation::{
@@ -220,33 +220,75 @@ async fn sign_in_guard(
                     Ok(Work::Sign(Box::new(claims), key))
                 })
                 .collect::<Vec<Result<Work, IdentityError>>>();
-            let signed = work
-                .iter()
-                .filter(|item| matches!(item, Ok(Work::Sign(..))))
-                .count();
-            let tokens = stream::iter(work)
-                .map(|item| {
-                    let signer = signer.clone();
-                    async move {
-                        let (claims, key) = match item? {
-                            Work::Kept(token) => return Ok(token),
-                            Work::Sign(claims, key) => (claims, key),
-                        };
-                        let expires = claims.exp;
-                        let token = k2b_core::cpu::run(move || {
-                            signer.sign(INVOCATION_TOKEN_TYPE, &*claims)
-                        })
-                        .await
-                        .map_err(|_| IdentityError::InvalidInvocation("signing task"))??;
-                        if let Some(key) = key {
-                            cache.keep(key, token.clone(), expires, unix_now());
-                        }
-                        Ok(token)
+            // The signatures run in one job per core at most, each signing its share in
+            // sequence: a hand-off to a blocking thread per token costs more than it spreads.
+            let mut tokens: Vec<Option<Result<String, IdentityError>>> = Vec::new();
+            let mut to_sign = Vec::new();
+            for (index, item) in work.into_iter().enumerate() {
+                match item {
+                    Ok(Work::Kept(token)) => tokens.push(Some(Ok(token))),
+                    Ok(Work::Sign(claims, key)) => {
+                        tokens.push(None);
+                        to_sign.push((index, claims, key));
                     }
-                })
-                .buffered(concurrency.max(1))
-                .collect::<Vec<_>>()
-                .await;
+                    Err(error) => tokens.push(Some(Err(error))),
+                }
+            }
+            let signed = to_sign.len();
+            let jobs = k2b_core::cpu::cores()
+                .min(concurrency.max(1))
+                .min(signed.max(1));
+            let mut shares: Vec<Vec<_>> = (0..jobs).map(|_| Vec::new()).collect();
+            for (n, item) in to_sign.into_iter().enumerate() {
+                shares[n % jobs].push(item);
+            }
+            let results = futures::future::join_all(
+                shares
+                    .into_iter()
+                    .filter(|share| !share.is_empty())
+                    .map(|share| {
+                        let signer = signer.clone();
+                        let indices: Vec<usize> =
+                            share.iter().map(|(index, _, _)| *index).collect();
+                        async move {
+                            let signed = k2b_core::cpu::run(move || {
+                                share
+                                    .into_iter()
+                                    .map(|(index, claims, key)| {
+                                        let token = signer.sign(INVOCATION_TOKEN_TYPE, &*claims);
+                                        (index, token, claims.exp, key)
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
+                            .await;
+                            match signed {
+                                Ok(signed) => signed,
+                                Err(_) => indices
+                                    .into_iter()
+                                    .map(|index| {
+                                        (
+                                            index,
+                                            Err(IdentityError::InvalidInvocation("signing task")),
+                                            0,
+                                            None,
+                                        )
+                                    })
+                                    .collect(),
+                            }
+                        }
+                    }),
+            )
+            .await;
+            for (index, token, expires, key) in results.into_iter().flatten() {
+                if let (Ok(token), Some(key)) = (&token, key) {
+                    cache.keep(key, token.clone(), expires, unix_now());
+                }
+                tokens[index] = Some(token);
+            }
+            let tokens: Vec<Result<String, IdentityError>> = tokens
+                .into_iter()
+                .map(|token| token.unwrap_or(Err(IdentityError::InvalidInvocation("signing task"))))
+                .collect();
             if reused > 0 {
                 metrics::count("WidgetTokensReused", reused as u64);
             }
