@@ -242,44 +242,26 @@ async fn sign_in_guard(
             for (n, item) in to_sign.into_iter().enumerate() {
                 shares[n % jobs].push(item);
             }
+            // A job that failed leaves its widgets unsigned: they fail with "signing task".
             let results = futures::future::join_all(
                 shares
                     .into_iter()
                     .filter(|share| !share.is_empty())
                     .map(|share| {
                         let signer = signer.clone();
-                        let indices: Vec<usize> =
-                            share.iter().map(|(index, _, _)| *index).collect();
-                        async move {
-                            let signed = k2b_core::cpu::run(move || {
-                                share
-                                    .into_iter()
-                                    .map(|(index, claims, key)| {
-                                        let token = signer.sign(INVOCATION_TOKEN_TYPE, &*claims);
-                                        (index, token, claims.exp, key)
-                                    })
-                                    .collect::<Vec<_>>()
-                            })
-                            .await;
-                            match signed {
-                                Ok(signed) => signed,
-                                Err(_) => indices
-                                    .into_iter()
-                                    .map(|index| {
-                                        (
-                                            index,
-                                            Err(IdentityError::InvalidInvocation("signing task")),
-                                            0,
-                                            None,
-                                        )
-                                    })
-                                    .collect(),
-                            }
-                        }
+                        k2b_core::cpu::run(move || {
+                            share
+                                .into_iter()
+                                .map(|(index, claims, key)| {
+                                    let token = signer.sign(INVOCATION_TOKEN_TYPE, &*claims);
+                                    (index, token, claims.exp, key)
+                                })
+                                .collect::<Vec<_>>()
+                        })
                     }),
             )
             .await;
-            for (index, token, expires, key) in results.into_iter().flatten() {
+            for (index, token, expires, key) in results.into_iter().flatten().flatten() {
                 if let (Ok(token), Some(key)) = (&token, key) {
                     cache.keep(key, token.clone(), expires, unix_now());
                 }
