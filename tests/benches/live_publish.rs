@@ -2,8 +2,15 @@
 //! keys, drained once by the batched publisher (`SqsLivePublisher`, `SendMessageBatch`) and once
 //! by one `SendMessage` per row (the publisher before batching, kept here for the comparison),
 //! each into a fresh FIFO queue of moto (`K2B_TEST_SQS_ENDPOINT`, or one started here). Calls are
-//! counted at a proxy in front of moto. A consumer drains the queue during the run: moto's FIFO
-//! send scans the queue's messages, so a queue left to grow would slow the later sends.
+//! counted at a proxy in front of moto, and so are the messages the queue accepted. The queue is
+//! created as the template creates the live queue (high-throughput FIFO: deduplication and
+//! throughput per message group). It is emptied during the run: moto's sends and receives each
+//! scan the queue's messages (a receive several times per message it returns), so a queue that
+//! grows slows every later call, and receiving consumers fall behind the publisher's concurrent
+//! calls for good (seen here: 10 rows/s with eight of them, the queue ever longer). So the drain
+//! is moto's `PurgeQueue` every [`PURGE_EVERY`], which moto does at once; a progress line every
+//! [`PROGRESS_EVERY`] shows the run moving. Order per group, deduplication by row id and partial
+//! batch failures are the tests' (`outbox::sqs_batch`), against moto too.
 //!
 //! SQS calls per row is the figure that carries over to AWS (calls are what SQS bills and
 //! throttles); rows/s is moto's speed on this machine, not SQS's. Moto answers a FIFO send in
@@ -17,12 +24,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use aws_sdk_sqs::types::QueueAttributeName;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k2b_core::outbox::live::{LiveEvent, SqsLivePublisher, live_config, message_group_id};
 use k2b_core::outbox::{Outbox, OutboxRow, PublishError, Publisher};
-use k2b_tests::lambda::stack::create_queue;
 use k2b_tests::sqsfault::SqsFaultProxy;
 use k2b_tests::{Moto, TestDb};
 use uuid::Uuid;
@@ -32,8 +38,10 @@ const KEYS: i64 = 100;
 const APP: &str = "bench";
 /// Bound on one publish: far above moto's slowest answer, so no publish is retried.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(300);
-/// The consumer's long poll, in seconds: an empty queue is not polled in a busy loop.
-const RECEIVE_WAIT_SECONDS: i32 = 1;
+/// How often the queue is emptied during a run.
+const PURGE_EVERY: Duration = Duration::from_millis(100);
+/// How often a drain prints its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
 fn rows() -> i64 {
     std::env::var("K2B_BENCH_LIVE_ROWS")
@@ -96,53 +104,53 @@ async fn fill(pool: &sqlx::PgPool, rows: i64) {
     .expect("fill");
 }
 
-/// Receives and deletes messages until `stop` is set and the queue is empty; returns how many.
-async fn consume(client: aws_sdk_sqs::Client, url: String, stop: Arc<AtomicBool>) -> usize {
-    let mut received = 0;
-    loop {
-        let stopping = stop.load(Ordering::SeqCst);
-        let answer = client
-            .receive_message()
-            .queue_url(&url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(RECEIVE_WAIT_SECONDS)
-            .send()
-            .await
-            .expect("receive");
-        let messages = answer.messages();
-        if messages.is_empty() {
-            if stopping {
-                return received;
-            }
-            continue;
-        }
-        received += messages.len();
-        let entries = messages
-            .iter()
-            .enumerate()
-            .map(|(index, message)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(index.to_string())
-                    .receipt_handle(message.receipt_handle().unwrap_or_default())
-                    .build()
-                    .expect("delete entry")
-            })
-            .collect::<Vec<_>>();
+/// Empties the queue every [`PURGE_EVERY`] until `stop` is set.
+async fn purge(client: aws_sdk_sqs::Client, url: String, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
         client
-            .delete_message_batch()
+            .purge_queue()
             .queue_url(&url)
-            .set_entries(Some(entries))
             .send()
             .await
-            .expect("delete");
+            .expect("purge");
+        tokio::time::sleep(PURGE_EVERY).await;
+    }
+}
+
+/// Prints how far a drain is every [`PROGRESS_EVERY`] (a long run shows it is moving).
+async fn report_progress(pool: sqlx::PgPool, rows: i64, proxy: Arc<SqsFaultProxy>) {
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(PROGRESS_EVERY).await;
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM events.outbox")
+            .fetch_one(&pool)
+            .await
+            .unwrap_or(-1);
+        println!(
+            "  after {:>4.0} s: {} of {rows} rows published, {} messages accepted",
+            started.elapsed().as_secs_f64(),
+            rows - left,
+            proxy.accepted()
+        );
     }
 }
 
 async fn run(db: &TestDb, moto: &Moto, mode: Mode, rows: i64) -> Figures {
     let client = moto.client();
     let suffix = Uuid::new_v4().simple().to_string();
-    let queue_url = create_queue(&client, &format!("live-{suffix}.fifo"), true).await;
-    let proxy = SqsFaultProxy::start(&moto.endpoint).await;
+    let queue_url = client
+        .create_queue()
+        .queue_name(format!("live-{suffix}.fifo"))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
+        .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId")
+        .send()
+        .await
+        .expect("create queue")
+        .queue_url()
+        .expect("queue url")
+        .to_string();
+    let proxy = Arc::new(SqsFaultProxy::start(&moto.endpoint).await);
     let publisher: Arc<dyn Publisher> = match mode {
         Mode::Batched => Arc::new(SqsLivePublisher::with_client(
             queue_url.clone(),
@@ -158,7 +166,8 @@ async fn run(db: &TestDb, moto: &Moto, mode: Mode, rows: i64) -> Figures {
     let outbox = Arc::new(Outbox::new(db.pool.clone(), config, publisher).expect("outbox"));
     fill(&db.pool, rows).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let consumer = tokio::spawn(consume(client.clone(), queue_url, stop.clone()));
+    let purger = tokio::spawn(purge(client.clone(), queue_url, stop.clone()));
+    let progress = tokio::spawn(report_progress(db.pool.clone(), rows, proxy.clone()));
 
     let started = Instant::now();
     let mut handled = 0;
@@ -175,10 +184,12 @@ async fn run(db: &TestDb, moto: &Moto, mode: Mode, rows: i64) -> Figures {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let seconds = started.elapsed().as_secs_f64();
+    progress.abort();
     stop.store(true, Ordering::SeqCst);
-    let received = consumer.await.expect("consumer");
-    if received != rows as usize {
-        println!("  (the consumer received {received} messages, not {rows})");
+    purger.await.expect("purger");
+    let accepted = proxy.accepted();
+    if accepted != rows as usize {
+        println!("  (the queue accepted {accepted} messages, not {rows})");
     }
     let calls = proxy.calls("SendMessageBatch") + proxy.calls("SendMessage");
     Figures {

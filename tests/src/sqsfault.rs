@@ -29,6 +29,8 @@ struct Faults {
     calls: HashMap<String, usize>,
     /// Entries failed so far.
     failed: usize,
+    /// Messages the queue accepted, by the answers relayed (`SendMessage`, `SendMessageBatch`).
+    accepted: usize,
 }
 
 struct Shared {
@@ -54,6 +56,7 @@ impl SqsFaultProxy {
                 failing: Vec::new(),
                 calls: HashMap::new(),
                 failed: 0,
+                accepted: 0,
             }),
         });
         let router = axum::Router::new()
@@ -77,6 +80,12 @@ impl SqsFaultProxy {
     /// How many calls of `operation` (`SendMessageBatch`, `SendMessage`) the proxy relayed.
     pub fn calls(&self, operation: &str) -> usize {
         self.with_faults(|faults| faults.calls.get(operation).copied().unwrap_or(0))
+    }
+
+    /// How many messages the queue accepted (successful `SendMessage` calls and the
+    /// `Successful` entries of `SendMessageBatch` answers).
+    pub fn accepted(&self) -> usize {
+        self.with_faults(|faults| faults.accepted)
     }
 
     /// How many batch entries the proxy failed.
@@ -180,6 +189,17 @@ async fn relay(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     let Ok(mut text) = answer.text().await else {
         return (StatusCode::BAD_GATEWAY, "unreadable answer").into_response();
     };
+    if status.is_success() {
+        let accepted = match operation.as_str() {
+            "SendMessage" => 1,
+            "SendMessageBatch" => serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|response| response["Successful"].as_array().map(Vec::len))
+                .unwrap_or(0),
+            _ => 0,
+        };
+        with_faults(&shared, |faults| faults.accepted += accepted);
+    }
     if !failed.is_empty()
         && status.is_success()
         && let Ok(mut response) = serde_json::from_str::<Value>(&text)

@@ -173,6 +173,7 @@ async fn rows_of_thirty_keys_arrive_once_in_order_per_group_in_few_batch_calls()
     assert_in_order_exactly_once(&messages, &ids, keys, rows_per_key);
     let batches = setup.proxy.calls("SendMessageBatch");
     assert_eq!(setup.proxy.calls("SendMessage"), 0);
+    assert_eq!(setup.proxy.accepted(), 300);
     // Ten entries a call at best (30); the engine's waves leave some calls short.
     assert!(
         (30..=60).contains(&batches),
@@ -191,8 +192,9 @@ async fn a_row_published_twice_is_one_message_in_the_queue() {
     outbox.dispatch_one(&rows[0]).await.expect("first publish");
     outbox.dispatch_one(&rows[0]).await.expect("second publish");
 
-    // Both publishes reached SQS; its deduplication by row id kept one message.
+    // Both publishes reached SQS and were accepted; its deduplication by row id kept one message.
     assert_eq!(setup.proxy.calls("SendMessageBatch"), 2);
+    assert_eq!(setup.proxy.accepted(), 2);
     let messages = setup.read_queue().await;
     assert_eq!(
         messages,
@@ -217,6 +219,8 @@ async fn a_refused_batch_entry_is_retried_without_reordering_its_group() {
 
     outbox.reconcile().await.expect("first pass");
     assert_eq!(setup.proxy.failed(), 1);
+    // Every row but the refused one and the row of its key behind it.
+    assert_eq!(setup.proxy.accepted(), keys * rows_per_key - 2);
     // The refused row waits for its retry, with SQS's code; k2's third row waits behind it.
     let waiting: Vec<(Uuid, i32, Option<String>)> =
         sqlx::query_as("SELECT id, attempts, last_error FROM events.outbox ORDER BY seq")
@@ -240,6 +244,7 @@ async fn a_refused_batch_entry_is_retried_without_reordering_its_group() {
         .expect("make the retry due");
     outbox.reconcile().await.expect("second pass");
     assert_eq!(setup.rows_left().await, 0);
+    assert_eq!(setup.proxy.accepted(), keys * rows_per_key);
 
     let messages = setup.read_queue().await;
     assert_eq!(messages.len(), keys * rows_per_key);
