@@ -92,12 +92,64 @@ pub fn lazy_pool_with(config: &Config, limits: DbLimits) -> Result<PgPool, DbErr
 }
 
 fn lazy_pool_from(config: &Config, options: PgConnectOptions) -> Result<PgPool, DbError> {
-    Ok(PgPoolOptions::new()
-        .max_connections(config.db.max_connections)
+    Ok(pool_options(config.db.max_connections)
         .min_connections(0)
         .acquire_timeout(config.db.acquire_timeout)
         .idle_timeout(Some(config.db.idle_timeout))
         .connect_lazy_with(options))
+}
+
+/// A connection idle longer than this is pinged before it is handed out.
+pub const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// When a connection taken from the pool gets a ping (one round trip) first: after it was idle
+/// longer than [`PING_IDLE_AFTER`], and every connection taken within that long after a quiet
+/// spell of the process on the wall clock (no connection taken for longer, as after a Lambda
+/// execution environment was frozen, whose monotonic clock need not have counted the pause), or
+/// after the wall clock went back. A connection in steady use is handed out as it is.
+#[derive(Debug, Default)]
+pub struct PingPolicy {
+    /// Wall-clock milliseconds of the last connection taken (0: none yet).
+    last_taken_ms: std::sync::atomic::AtomicU64,
+    /// Until when (wall-clock milliseconds) every connection taken is pinged.
+    ping_until_ms: std::sync::atomic::AtomicU64,
+}
+
+impl PingPolicy {
+    /// Whether the connection taken at `now_ms` (wall clock), idle for `idle_for`, gets a ping.
+    pub fn needs_ping(&self, now_ms: u64, idle_for: Duration) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let window = PING_IDLE_AFTER.as_millis() as u64;
+        let previous = self.last_taken_ms.swap(now_ms, SeqCst);
+        if previous == 0 || now_ms < previous || now_ms - previous > window {
+            self.ping_until_ms.fetch_max(now_ms + window, SeqCst);
+        }
+        idle_for > PING_IDLE_AFTER || now_ms < self.ping_until_ms.load(SeqCst)
+    }
+}
+
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+/// The pool options every pool of the platform starts from: at most `max_connections`, and a
+/// ping only where [`PingPolicy`] asks for one (instead of before every connection handed out).
+pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    let policy = std::sync::Arc::new(PingPolicy::default());
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .test_before_acquire(false)
+        .before_acquire(move |connection, meta| {
+            let ping = policy.needs_ping(wall_clock_ms(), meta.idle_for);
+            Box::pin(async move {
+                if ping {
+                    connection.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// What [`migrate`] did.
@@ -269,6 +321,54 @@ pub fn is_unique_violation(error: &sqlx::Error) -> bool {
 mod tests {
     use super::*;
     use crate::db::testing::TestDb;
+
+    const SECOND: Duration = Duration::from_secs(1);
+    const BRIEF: Duration = Duration::from_millis(5);
+
+    #[test]
+    fn connections_in_steady_use_are_not_pinged() {
+        let policy = PingPolicy::default();
+        // The process's first connection, and those taken in the second after it, are pinged.
+        assert!(policy.needs_ping(1_000_000, BRIEF));
+        assert!(policy.needs_ping(1_000_500, BRIEF));
+        // Taken every half second from then on: steady use, no ping.
+        assert!(!policy.needs_ping(1_001_000, BRIEF));
+        assert!(!policy.needs_ping(1_001_500, BRIEF));
+        assert!(!policy.needs_ping(1_002_000, BRIEF));
+    }
+
+    #[test]
+    fn a_connection_idle_longer_than_a_second_is_pinged() {
+        let policy = PingPolicy::default();
+        policy.needs_ping(1_000_000, BRIEF);
+        policy.needs_ping(1_000_600, BRIEF);
+        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        assert!(policy.needs_ping(1_001_400, SECOND + BRIEF));
+        assert!(!policy.needs_ping(1_001_600, SECOND));
+    }
+
+    #[test]
+    fn after_a_quiet_spell_every_connection_is_pinged_for_a_second() {
+        let policy = PingPolicy::default();
+        policy.needs_ping(1_000_000, BRIEF);
+        policy.needs_ping(1_000_600, BRIEF);
+        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        // A pause of ten minutes on the wall clock that the connections' idle time did not see
+        // (a frozen Lambda environment): each connection taken in the next second is pinged.
+        assert!(policy.needs_ping(1_601_100, BRIEF));
+        assert!(policy.needs_ping(1_601_200, BRIEF));
+        assert!(policy.needs_ping(1_602_000, BRIEF));
+        assert!(!policy.needs_ping(1_602_200, BRIEF));
+    }
+
+    #[test]
+    fn a_wall_clock_that_went_back_pings_again() {
+        let policy = PingPolicy::default();
+        policy.needs_ping(1_000_000, BRIEF);
+        policy.needs_ping(1_000_600, BRIEF);
+        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        assert!(policy.needs_ping(1_000_100, BRIEF));
+    }
 
     #[tokio::test]
     async fn statement_timeout_is_transaction_local() {

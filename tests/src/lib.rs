@@ -27,10 +27,9 @@ pub fn core_for(db: &TestDb) -> Core {
     Core::with_pool(db.config(), db.pool.clone())
 }
 
-/// A pool of at most `max` connections to the test database.
+/// A pool of at most `max` connections to the test database, checked as the platform's pools are.
 pub async fn pool_with_max(db: &TestDb, max: u32) -> sqlx::PgPool {
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections(max)
+    k2b_core::db::pool_options(max)
         .acquire_timeout(std::time::Duration::from_secs(30))
         .connect(&db.url())
         .await
