@@ -325,6 +325,15 @@ mod tests {
     const SECOND: Duration = Duration::from_secs(1);
     const BRIEF: Duration = Duration::from_millis(5);
 
+    /// A policy past its first second, its last connection taken at 1,001,100 ms unpinged.
+    fn in_steady_use() -> PingPolicy {
+        let policy = PingPolicy::default();
+        policy.needs_ping(1_000_000, BRIEF);
+        policy.needs_ping(1_000_600, BRIEF);
+        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        policy
+    }
+
     #[test]
     fn connections_in_steady_use_are_not_pinged() {
         let policy = PingPolicy::default();
@@ -339,20 +348,14 @@ mod tests {
 
     #[test]
     fn a_connection_idle_longer_than_a_second_is_pinged() {
-        let policy = PingPolicy::default();
-        policy.needs_ping(1_000_000, BRIEF);
-        policy.needs_ping(1_000_600, BRIEF);
-        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        let policy = in_steady_use();
         assert!(policy.needs_ping(1_001_400, SECOND + BRIEF));
         assert!(!policy.needs_ping(1_001_600, SECOND));
     }
 
     #[test]
     fn after_a_quiet_spell_every_connection_is_pinged_for_a_second() {
-        let policy = PingPolicy::default();
-        policy.needs_ping(1_000_000, BRIEF);
-        policy.needs_ping(1_000_600, BRIEF);
-        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        let policy = in_steady_use();
         // A pause of ten minutes on the wall clock that the connections' idle time did not see
         // (a frozen Lambda environment): each connection taken in the next second is pinged.
         assert!(policy.needs_ping(1_601_100, BRIEF));
@@ -363,10 +366,7 @@ mod tests {
 
     #[test]
     fn a_wall_clock_that_went_back_pings_again() {
-        let policy = PingPolicy::default();
-        policy.needs_ping(1_000_000, BRIEF);
-        policy.needs_ping(1_000_600, BRIEF);
-        assert!(!policy.needs_ping(1_001_100, BRIEF));
+        let policy = in_steady_use();
         assert!(policy.needs_ping(1_000_100, BRIEF));
     }
 
