@@ -9,7 +9,7 @@ use http::{HeaderMap, header};
 use crate::Core;
 use crate::auth::{
     Actor, AuthError, AuthUser, CredentialKind, OAuthUserActor, ServiceAccountActor,
-    ServiceAccountKind, SessionKind, UserActor, find_user, find_user_by_uid, roles_of,
+    ServiceAccountKind, SessionKind, UserActor, find_user, find_user_by_uid, roles_given, roles_of,
 };
 use crate::http::ApiError;
 use crate::http::cookies::get_cookie;
@@ -198,7 +198,7 @@ pub async fn session_actor(core: &Core, token: &str) -> Result<Option<Actor>, Au
     let Some(valid) = valid else {
         return Ok(None);
     };
-    let roles = roles_of(&mut conn, &core.settings, &valid.user).await?;
+    let roles = roles_given(&mut conn, &core.settings, &valid.user, valid.manages_groups).await?;
     let mut user = AuthUser::from_record(&valid.user, roles);
     if matches!(valid.kind, SessionKind::App { .. }) {
         user = user.without_admin_role();

@@ -230,6 +230,22 @@ pub async fn roles_of(
     settings: &Settings,
     user: &UserRecord,
 ) -> Result<Vec<Role>, AuthError> {
+    let manages: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM auth.group_managers WHERE user_id = $1)")
+            .bind(user.id)
+            .fetch_one(&mut *conn)
+            .await?;
+    roles_given(conn, settings, user, manages).await
+}
+
+/// [`roles_of`] when whether the account manages a group is known already (a session's
+/// validation reads it with the session).
+pub async fn roles_given(
+    conn: &mut PgConnection,
+    settings: &Settings,
+    user: &UserRecord,
+    manages: bool,
+) -> Result<Vec<Role>, AuthError> {
     let admin = match user.provider() {
         Provider::Local => user.admin,
         Provider::Ipa => {
@@ -244,11 +260,6 @@ pub async fn roles_of(
             .await?
         }
     };
-    let manages: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM auth.group_managers WHERE user_id = $1)")
-            .bind(user.id)
-            .fetch_one(&mut *conn)
-            .await?;
     Ok(build_roles(user.provider(), user.profile(), admin, manages))
 }
 

@@ -249,6 +249,18 @@ pub fn is_plain_identifier(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Begins a transaction whose statements are each bounded by `timeout` (at least 1 ms), in one
+/// round trip: `BEGIN` and the transaction-local `statement_timeout` go as one simple query.
+pub async fn begin_bounded(
+    pool: &PgPool,
+    timeout: Duration,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, DbError> {
+    let ms = timeout.as_millis().max(1);
+    // An integer rendered by us: nothing from outside reaches this statement.
+    let statement = format!("BEGIN; SET LOCAL statement_timeout = {ms}");
+    Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
+}
+
 /// Bounds every following statement of the current transaction to `timeout` (at least 1 ms).
 /// Transaction-local: the session's own value is back once the transaction ends.
 pub async fn set_local_statement_timeout(
@@ -393,6 +405,46 @@ mod tests {
             .await
             .expect("show");
         assert_eq!(after, "0");
+    }
+
+    #[tokio::test]
+    async fn a_bounded_transaction_times_out_its_statements_and_only_its_own() {
+        let db = TestDb::new().await;
+        let mut tx = begin_bounded(&db.pool, Duration::from_millis(50))
+            .await
+            .expect("begin");
+        let inside: String = sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("show");
+        assert_eq!(inside, "50ms");
+        let err = sqlx::query("SELECT pg_sleep(1)")
+            .execute(&mut *tx)
+            .await
+            .expect_err("must fail");
+        assert!(is_timeout(&err), "{err}");
+        tx.rollback().await.expect("rollback");
+        // The connection goes back to the pool with the session's own value.
+        let mut conn = db.pool.acquire().await.expect("acquire");
+        let after: String = sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("show");
+        assert_eq!(after, "0");
+        // A committed bounded transaction keeps what it wrote.
+        let mut tx = begin_bounded(&db.pool, Duration::from_secs(5))
+            .await
+            .expect("begin");
+        sqlx::query("CREATE TABLE bounded_probe (n int)")
+            .execute(&mut *tx)
+            .await
+            .expect("create");
+        tx.commit().await.expect("commit");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM bounded_probe")
+            .fetch_one(&db.pool)
+            .await
+            .expect("table kept");
+        assert_eq!(rows, 0);
     }
 
     #[tokio::test]

@@ -168,8 +168,7 @@ pub async fn maintain_purpose(
     deadline: Instant,
 ) -> Result<(KeyRow, PurposeChanges), IdentityError> {
     // Fast path, without the lock: a fresh active key and no pending key that is due.
-    let mut tx = pool.begin().await?;
-    db::set_local_statement_timeout(&mut tx, remaining(deadline)).await?;
+    let mut tx = db::begin_bounded(pool, remaining(deadline)).await?;
     let (active, pending) = read_current(&mut tx, purpose, false).await?;
     let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(&mut *tx)
@@ -192,8 +191,7 @@ pub async fn maintain_purpose(
         None
     };
 
-    let mut tx = pool.begin().await?;
-    db::set_local_statement_timeout(&mut tx, remaining(deadline)).await?;
+    let mut tx = db::begin_bounded(pool, remaining(deadline)).await?;
     db::advisory_xact_lock(
         &mut tx,
         &format!("cloud:identity-keyring:{}", purpose.as_str()),

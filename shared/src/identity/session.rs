@@ -324,6 +324,8 @@ pub struct ValidSession {
     pub user: UserRecord,
     pub sid: Uuid,
     pub kind: SessionKind,
+    /// Whether the account manages a group (read in the same round trip, for its roles).
+    pub manages_groups: bool,
 }
 
 /// The database side of a session's validity: its family (same sid and user) is neither revoked
@@ -335,16 +337,19 @@ pub async fn validate_session(
     settings: &Settings,
     claims: &SessionClaims,
 ) -> Result<Option<ValidSession>, IdentityError> {
-    // The family, its key and the account in one round trip.
+    // The family, its key, the account and whether it manages a group in one round trip.
     #[derive(sqlx::FromRow)]
     struct SessionRow {
         pwa_device_id: Option<Uuid>,
+        manages_groups: bool,
         #[sqlx(flatten)]
         user: UserRecord,
     }
     let row: Option<SessionRow> = sqlx::query_as(
         "SELECT f.pwa_device_id, u.id, u.uid, u.provider, u.profile, u.display_name, u.mail,
-                u.account_expires, u.admin, u.auth_epoch
+                u.account_expires, u.admin, u.auth_epoch,
+                EXISTS (SELECT 1 FROM auth.group_managers m WHERE m.user_id = u.id)
+                    AS manages_groups
          FROM auth.session_families f
          JOIN auth.users u ON u.id = f.user_id
          JOIN auth.signing_keys k ON k.kid = f.signing_kid
@@ -361,6 +366,7 @@ pub async fn validate_session(
     .await?;
     let Some(SessionRow {
         pwa_device_id: device,
+        manages_groups,
         user,
     }) = row
     else {
@@ -376,6 +382,7 @@ pub async fn validate_session(
             Some(device_id) => SessionKind::App { device_id },
             None => SessionKind::Web,
         },
+        manages_groups,
     }))
 }
 

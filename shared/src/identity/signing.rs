@@ -283,14 +283,17 @@ impl Identity {
                     .issuer
                     .clone(),
             };
+            // Every statement of the guard's transaction ends by the deadline.
+            let remaining = deadline.at.saturating_duration_since(Instant::now());
             let mut tx = deadline
-                .run(Step::DatabaseConnection, self.pool().begin())
+                .run(
+                    Step::DatabaseConnection,
+                    db::begin_bounded(self.pool(), remaining),
+                )
                 .await?;
             deadline.check(Step::SigningKeyCheck)?;
             let active: Option<String> = deadline
                 .run_db(Step::SigningKeyCheck, async {
-                    let remaining = deadline.at.saturating_duration_since(Instant::now());
-                    db::set_local_statement_timeout(&mut tx, remaining).await?;
                     sqlx::query_scalar(
                         "SELECT kid FROM auth.signing_keys
                          WHERE purpose = $1 AND kid = $2 AND state = 'active' AND sign_until > now()

@@ -1,6 +1,6 @@
 //! The registry table: heartbeat upserts and validated reads of the live entries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -74,20 +74,56 @@ fn check_row(app_id: &str, value: &Value) -> Result<AppRegistryEntry, String> {
     AppRegistryEntry::parse(value)
 }
 
-type Row = (String, Value, DateTime<Utc>, DateTime<Utc>);
+/// One stored entry's text and what validating it gave.
+struct Checked {
+    text: String,
+    result: Result<AppRegistryEntry, String>,
+}
+
+/// The last validation of each app's entry, by app id. Validation depends on the entry alone,
+/// so an entry read again with the same text (Postgres prints a `jsonb` value one way) is not
+/// parsed and validated again.
+fn checked_entries() -> &'static Mutex<HashMap<String, Checked>> {
+    static CHECKED: OnceLock<Mutex<HashMap<String, Checked>>> = OnceLock::new();
+    CHECKED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// [`check_row`] of a stored entry's text, once per text.
+fn check_text(app_id: &str, text: &str) -> Result<AppRegistryEntry, String> {
+    if let Ok(checked) = checked_entries().lock()
+        && let Some(hit) = checked.get(app_id).filter(|hit| hit.text == text)
+    {
+        return hit.result.clone();
+    }
+    let result = serde_json::from_str::<Value>(text)
+        .map_err(|e| format!("entry is malformed: {e}"))
+        .and_then(|value| check_row(app_id, &value));
+    if let Ok(mut checked) = checked_entries().lock() {
+        checked.insert(
+            app_id.to_string(),
+            Checked {
+                text: text.to_string(),
+                result: result.clone(),
+            },
+        );
+    }
+    result
+}
+
+type Row = (String, String, DateTime<Utc>, DateTime<Utc>);
 
 /// Reads every unexpired entry, validating each (invalid ones are skipped and logged once).
 pub async fn read_snapshot(conn: &mut PgConnection) -> Result<RegistrySnapshot, RegistryError> {
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT app_id, entry, updated_at, expires_at FROM registry.apps
+        "SELECT app_id, entry::text, updated_at, expires_at FROM registry.apps
          WHERE expires_at > now() ORDER BY app_id COLLATE \"C\"",
     )
     .fetch_all(conn)
     .await?;
     let mut snapshot = RegistrySnapshot::default();
-    let present: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
-    for (app_id, value, updated_at, expires_at) in rows {
-        match check_row(&app_id, &value) {
+    let present: HashSet<String> = rows.iter().map(|r| r.0.clone()).collect();
+    for (app_id, text, updated_at, expires_at) in rows {
+        match check_text(&app_id, &text) {
             Ok(entry) => {
                 clear_issue(&app_id);
                 snapshot.apps.push(LiveApp {
@@ -105,6 +141,9 @@ pub async fn read_snapshot(conn: &mut PgConnection) -> Result<RegistrySnapshot, 
     }
     if let Ok(mut logged) = logged_issues().lock() {
         logged.retain(|app_id, _| present.contains(app_id));
+    }
+    if let Ok(mut checked) = checked_entries().lock() {
+        checked.retain(|app_id, _| present.contains(app_id));
     }
     Ok(snapshot)
 }
@@ -126,16 +165,16 @@ pub async fn get_app(
     pool: &PgPool,
     app_id: &str,
 ) -> Result<Option<AppRegistryEntry>, RegistryError> {
-    let row: Option<Value> = sqlx::query_scalar(
-        "SELECT entry FROM registry.apps WHERE app_id = $1 AND expires_at > now()",
+    let row: Option<String> = sqlx::query_scalar(
+        "SELECT entry::text FROM registry.apps WHERE app_id = $1 AND expires_at > now()",
     )
     .bind(app_id)
     .fetch_optional(pool)
     .await?;
-    let Some(value) = row else {
+    let Some(text) = row else {
         return Ok(None);
     };
-    match check_row(app_id, &value) {
+    match check_text(app_id, &text) {
         Ok(entry) => {
             clear_issue(app_id);
             Ok(Some(entry))
@@ -301,6 +340,66 @@ mod tests {
                 .expect("get")
                 .map(|e| e.id),
             Some("weather".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn an_entry_changed_in_place_is_validated_again() {
+        let db = TestDb::new().await;
+        let mut conn = db.pool.acquire().await.expect("conn");
+        upsert(&mut conn, &valid_entry("cached"), APP_REGISTRY_TTL)
+            .await
+            .expect("upsert");
+        let read = |snapshot: RegistrySnapshot| {
+            (
+                snapshot
+                    .apps
+                    .iter()
+                    .map(|a| a.entry.name.clone())
+                    .collect::<Vec<_>>(),
+                snapshot
+                    .issues
+                    .iter()
+                    .map(|i| i.reason.clone())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let first = read(read_snapshot(&mut conn).await.expect("snapshot"));
+        assert_eq!(first.0.len(), 1);
+        assert!(first.1.is_empty());
+        // Read again unchanged: the same entry.
+        assert_eq!(
+            read(read_snapshot(&mut conn).await.expect("snapshot")),
+            first
+        );
+        // Broken behind the validation's back: the next read rejects it.
+        sqlx::query(
+            "UPDATE registry.apps SET entry = jsonb_set(entry, '{name}', '\"\"') WHERE app_id = 'cached'",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("break");
+        let broken = read(read_snapshot(&mut conn).await.expect("snapshot"));
+        assert!(broken.0.is_empty());
+        assert_eq!(broken.1, vec!["name must be a non-empty string"]);
+        assert!(get_app(&db.pool, "cached").await.expect("get").is_none());
+        // Renamed: the new name is read.
+        sqlx::query(
+            "UPDATE registry.apps SET entry = jsonb_set(entry, '{name}', '\"Renamed\"') WHERE app_id = 'cached'",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("rename");
+        assert_eq!(
+            read(read_snapshot(&mut conn).await.expect("snapshot")).0,
+            vec!["Renamed"]
+        );
+        assert_eq!(
+            get_app(&db.pool, "cached")
+                .await
+                .expect("get")
+                .map(|e| e.name),
+            Some("Renamed".to_string())
         );
     }
 

@@ -46,11 +46,27 @@ async fn a_web_session_acts_as_its_user_with_current_roles() {
     assert_eq!(user.user.id, admin.id);
     assert_eq!(user.session, SessionKind::Web);
     assert!(user.user.has_role(Role::Admin));
+    assert!(!user.user.has_role(Role::GroupManager));
     assert!(!Actor::User(user).is_app_session());
     assert_eq!(
         authenticate(&core, &HeaderMap::new()).await.expect("auth"),
         Actor::Anonymous
     );
+
+    // Made a group manager: the same session carries the role at its next request.
+    sqlx::query("INSERT INTO auth.group_managers VALUES ($1, 'staff')")
+        .bind(admin.id)
+        .execute(&db.pool)
+        .await
+        .expect("manager");
+    let actor = authenticate(&core, &cookie("session_token", &token))
+        .await
+        .expect("auth");
+    let Actor::User(user) = actor else {
+        panic!("a user: {actor:?}")
+    };
+    assert!(user.user.has_role(Role::GroupManager));
+    assert!(user.user.has_role(Role::Admin));
 }
 
 #[tokio::test]
