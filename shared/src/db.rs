@@ -261,6 +261,20 @@ pub async fn begin_bounded(
     Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
 }
 
+/// [`begin_bounded`] for a transaction that only holds row locks: its commit does not wait for
+/// the WAL to reach the disk (`synchronous_commit` off). A crash before the flush only undoes
+/// the locks, which the crash releases anyway.
+pub async fn begin_bounded_lock_only(
+    pool: &PgPool,
+    timeout: Duration,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, DbError> {
+    let ms = timeout.as_millis().max(1);
+    // An integer rendered by us: nothing from outside reaches this statement.
+    let statement =
+        format!("BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL synchronous_commit = off");
+    Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
+}
+
 /// Bounds every following statement of the current transaction to `timeout` (at least 1 ms).
 /// Transaction-local: the session's own value is back once the transaction ends.
 pub async fn set_local_statement_timeout(
@@ -445,6 +459,28 @@ mod tests {
             .await
             .expect("table kept");
         assert_eq!(rows, 0);
+    }
+
+    #[tokio::test]
+    async fn a_lock_only_transaction_commits_without_waiting_for_the_disk() {
+        let db = TestDb::new().await;
+        let mut tx = begin_bounded_lock_only(&db.pool, Duration::from_millis(70))
+            .await
+            .expect("begin");
+        let settings: (String, String) = sqlx::query_as(
+            "SELECT current_setting('statement_timeout'), current_setting('synchronous_commit')",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .expect("show");
+        assert_eq!(settings, ("70ms".to_string(), "off".to_string()));
+        tx.commit().await.expect("commit");
+        let mut conn = db.pool.acquire().await.expect("acquire");
+        let after: String = sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("show");
+        assert_eq!(after, "on");
     }
 
     #[tokio::test]

@@ -56,7 +56,8 @@ impl AccountCategory {
             AccountCategory::Login => "login",
         }
     }
-    fn setting_key(self) -> &'static str {
+    /// The setting that switches the category on or off.
+    pub fn setting_key(self) -> &'static str {
         match self {
             AccountCategory::FreeIpa => "user.category.freeipa.enabled",
             AccountCategory::Guest => "user.category.guest.enabled",
@@ -344,13 +345,31 @@ impl Settings {
         category: AccountCategory,
     ) -> Result<bool, SettingsError> {
         let key = category.setting_key();
-        self.get_uncached(conn, key)
-            .await?
-            .as_bool()
-            .ok_or_else(|| SettingsError::InvalidStored {
-                key: key.to_string(),
-                reason: "not a boolean".into(),
-            })
+        let stored: Option<String> =
+            sqlx::query_scalar("SELECT value FROM settings.entries WHERE key = $1")
+                .bind(key)
+                .fetch_optional(conn)
+                .await?;
+        self.category_enabled_in(category, stored.as_deref())
+    }
+
+    /// [`Settings::category_enabled`] from the category setting's stored value (`None`: not
+    /// stored), read by the caller in a statement of its own.
+    pub fn category_enabled_in(
+        &self,
+        category: AccountCategory,
+        stored: Option<&str>,
+    ) -> Result<bool, SettingsError> {
+        let key = category.setting_key();
+        let def = definitions::find(key).ok_or_else(|| SettingsError::Unknown(key.to_string()))?;
+        let value = match stored {
+            Some(stored) => self.decode(def, stored)?,
+            None => self.fallback(def),
+        };
+        value.as_bool().ok_or_else(|| SettingsError::InvalidStored {
+            key: key.to_string(),
+            reason: "not a boolean".into(),
+        })
     }
 }
 

@@ -12,7 +12,8 @@
 //!
 //! Goal: overhead p50 ≤ 5 ms and p99 ≤ 12 ms, one stream and 8 concurrent streams.
 //!
-//! Run: `cargo bench -p k2b-tests --bench widgets` (builds `k2b-local` in the bench profile).
+//! Run: `cargo bench -p k2b-tests --bench widgets` (builds `k2b-local` in the bench profile);
+//! `-- <text>` runs only the cases whose label contains the text (`quota` for the CPU shares).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -262,6 +263,9 @@ async fn main() {
         "== widget stream: {WIDGETS} instant widgets per stream, k2b-local (bench profile), {cores} cores =="
     );
 
+    // `cargo bench … -- <text>`: only the cases whose label contains it.
+    let filter: Option<String> = std::env::args().skip(1).find(|arg| !arg.starts_with("--"));
+    let wanted = |label: &str| filter.as_deref().is_none_or(|text| label.contains(text));
     let mut met = true;
     let cases: [(&str, &Sessions, usize, usize); 4] = [
         (
@@ -285,6 +289,9 @@ async fn main() {
         ),
     ];
     for (label, sessions, workers, runs) in cases {
+        if !wanted(label) {
+            continue;
+        }
         let before = runner.output().len();
         let (overheads, starts) = measure(&core, &user, &path, sessions, workers, runs).await;
         met &= line(label, &overheads, &starts);
@@ -297,6 +304,10 @@ async fn main() {
         if met { "met" } else { "NOT met" }
     );
 
+    if !wanted("quota") {
+        runner.stop();
+        return;
+    }
     println!(
         "held to a share of one core (cgroup CPU quota; Lambda: {MB_PER_VCPU:.0} MB = 1 vCPU):"
     );

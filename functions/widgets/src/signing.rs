@@ -1,7 +1,9 @@
 //! Invocation tokens for a dashboard: one signer guard (the active key checked and held `FOR
-//! KEY SHARE` once), and inside it one token per widget, signed off the async workers in at most
+//! KEY SHARE` once), and under it one token per widget, signed off the async workers in at most
 //! one job per core (and no more than `concurrency`), each job signing its share in turn; jobs
-//! of all requests take turns on the process's cores.
+//! of all requests take turns on the process's cores. The signatures start beside the key check
+//! ([`k2b_core::identity::Identity::sign_while_guarded`]) and are released only once it found
+//! the key active and they all finished under its lock, before any widget is called.
 //! A token that cannot be signed fails only its widget.
 //!
 //! A token this environment released earlier is released again instead of a new signature when
@@ -25,7 +27,9 @@ use k2b_core::auth::Actor;
 use k2b_core::identity::invocation::{
     InvocationAuthority, InvocationClaims, InvocationRequest, build_claims,
 };
-use k2b_core::identity::{INVOCATION_TOKEN_TYPE, IdentityError, IssueOptions, Purpose};
+use k2b_core::identity::{
+    INVOCATION_TOKEN_TYPE, IdentityError, IssueOptions, Purpose, ScopeSigner,
+};
 use k2b_core::telemetry::metrics;
 use k2b_core::widgets::{DashboardWidget, widget_operation};
 use tracing::Instrument;
@@ -123,8 +127,11 @@ pub(crate) struct Issued {
     pub tokens: Vec<Result<String, IdentityError>>,
     pub signed: usize,
     pub reused: usize,
-    /// The signatures' share of the issuance (the rest is the guard: its key check and commit).
+    /// The signatures' share of the issuance (the rest is the part of the guard that did not
+    /// overlap them: its connection, key check and commit).
     pub signing: Duration,
+    /// New tokens to keep for reuse once the guard released them: key, token, `exp`.
+    kept: Vec<(String, String, u64)>,
 }
 
 /// One token per widget (in order), or the guard's error. `needed[i]` is how long the token of
@@ -149,7 +156,7 @@ pub(crate) async fn sign_all(
     };
     tokio::spawn(
         async move {
-            sign_in_guard(
+            let mut issued = sign_in_guard(
                 &core,
                 &cache,
                 authority,
@@ -160,7 +167,15 @@ pub(crate) async fn sign_all(
                 budget,
                 concurrency,
             )
-            .await
+            .await?;
+            let now = unix_now();
+            for (key, token, expires) in std::mem::take(&mut issued.kept) {
+                cache.keep(key, token, expires, now);
+            }
+            if issued.reused > 0 {
+                metrics::count("WidgetTokensReused", issued.reused as u64);
+            }
+            Ok(issued)
         }
         .in_current_span(),
     )
@@ -181,108 +196,131 @@ async fn sign_in_guard(
     concurrency: usize,
 ) -> Result<Issued, IdentityError> {
     let options = IssueOptions::timeout(budget.as_secs_f64() * 1000.0);
+    let batch = Batch {
+        cache,
+        authority: authority.as_ref(),
+        session,
+        widgets,
+        needed,
+        request_id,
+        concurrency,
+    };
     core.identity
-        .with_active_signer(Purpose::Invocation, options, |scope| async move {
-            let started = Instant::now();
-            let signer = scope.handle();
-            let kid = scope.signer.kid.clone();
-            let now = unix_now();
-            let mut reused = 0;
-            let work: Vec<_> = widgets
-                .iter()
-                .enumerate()
-                .map(|(index, widget)| {
-                    let authority = authority
-                        .as_ref()
-                        .ok_or(IdentityError::InvalidInvocation("authority"))?;
-                    let claims = build_claims(
-                        &scope.issuer,
-                        &InvocationRequest {
-                            target_app: &widget.app_id,
-                            caller_app: CALLER_APP,
-                            operation: &widget_operation(&widget.widget_id),
-                            schema_hash: None,
-                            authority,
-                            request_id,
-                            issued_at: None,
-                            jti: None,
-                        },
-                    )?;
-                    let key = reuse_key(&kid, session, &claims);
-                    let lifetime = needed.get(index).copied().unwrap_or(Duration::MAX);
-                    if let Some(token) = key
-                        .as_deref()
-                        .and_then(|key| cache.find(key, lifetime, now))
-                    {
-                        reused += 1;
-                        return Ok(Work::Kept(token));
-                    }
-                    Ok(Work::Sign(Box::new(claims), key))
-                })
-                .collect::<Vec<Result<Work, IdentityError>>>();
-            // The signatures run in one job per core at most, each signing its share in
-            // sequence: a hand-off to a blocking thread per token costs more than it spreads.
-            let mut tokens: Vec<Option<Result<String, IdentityError>>> = Vec::new();
-            let mut to_sign = Vec::new();
-            for (index, item) in work.into_iter().enumerate() {
-                match item {
-                    Ok(Work::Kept(token)) => tokens.push(Some(Ok(token))),
-                    Ok(Work::Sign(claims, key)) => {
-                        tokens.push(None);
-                        to_sign.push((index, claims, key));
-                    }
-                    Err(error) => tokens.push(Some(Err(error))),
-                }
-            }
-            let signed = to_sign.len();
-            let jobs = k2b_core::cpu::cores()
-                .min(concurrency.max(1))
-                .min(signed.max(1));
-            let mut shares: Vec<Vec<_>> = (0..jobs).map(|_| Vec::new()).collect();
-            for (n, item) in to_sign.into_iter().enumerate() {
-                shares[n % jobs].push(item);
-            }
-            // A job that failed leaves its widgets unsigned: they fail with "signing task".
-            let results = futures::future::join_all(
-                shares
-                    .into_iter()
-                    .filter(|share| !share.is_empty())
-                    .map(|share| {
-                        let signer = signer.clone();
-                        k2b_core::cpu::run(move || {
-                            share
-                                .into_iter()
-                                .map(|(index, claims, key)| {
-                                    let token = signer.sign(INVOCATION_TOKEN_TYPE, &*claims);
-                                    (index, token, claims.exp, key)
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                    }),
-            )
-            .await;
-            for (index, token, expires, key) in results.into_iter().flatten().flatten() {
-                if let (Ok(token), Some(key)) = (&token, key) {
-                    cache.keep(key, token.clone(), expires, unix_now());
-                }
-                tokens[index] = Some(token);
-            }
-            let tokens: Vec<Result<String, IdentityError>> = tokens
-                .into_iter()
-                .map(|token| token.unwrap_or(Err(IdentityError::InvalidInvocation("signing task"))))
-                .collect();
-            if reused > 0 {
-                metrics::count("WidgetTokensReused", reused as u64);
-            }
-            let issued = Issued {
-                tokens,
-                signed,
-                reused,
-                signing: started.elapsed(),
-            };
-            (scope, Ok(issued))
+        .sign_while_guarded(Purpose::Invocation, options, |signer, issuer| {
+            batch.sign(signer, issuer)
         })
         .await
+}
+
+/// What one dashboard's tokens say, before a key signs them.
+struct Batch<'a> {
+    cache: &'a TokenCache,
+    authority: Option<&'a InvocationAuthority>,
+    session: Option<Uuid>,
+    widgets: &'a [DashboardWidget],
+    needed: &'a [Duration],
+    request_id: Option<&'a str>,
+    concurrency: usize,
+}
+
+impl Batch<'_> {
+    /// One token per widget with `signer`: kept ones released again, the others signed.
+    async fn sign(&self, signer: ScopeSigner, issuer: String) -> Issued {
+        let started = Instant::now();
+        let kid = signer.kid().to_string();
+        let now = unix_now();
+        let mut reused = 0;
+        let work: Vec<_> = self
+            .widgets
+            .iter()
+            .enumerate()
+            .map(|(index, widget)| {
+                let authority = self
+                    .authority
+                    .ok_or(IdentityError::InvalidInvocation("authority"))?;
+                let claims = build_claims(
+                    &issuer,
+                    &InvocationRequest {
+                        target_app: &widget.app_id,
+                        caller_app: CALLER_APP,
+                        operation: &widget_operation(&widget.widget_id),
+                        schema_hash: None,
+                        authority,
+                        request_id: self.request_id,
+                        issued_at: None,
+                        jti: None,
+                    },
+                )?;
+                let key = reuse_key(&kid, self.session, &claims);
+                let lifetime = self.needed.get(index).copied().unwrap_or(Duration::MAX);
+                if let Some(token) = key
+                    .as_deref()
+                    .and_then(|key| self.cache.find(key, lifetime, now))
+                {
+                    reused += 1;
+                    return Ok(Work::Kept(token));
+                }
+                Ok(Work::Sign(Box::new(claims), key))
+            })
+            .collect::<Vec<Result<Work, IdentityError>>>();
+        // The signatures run in one job per core at most, each signing its share in sequence:
+        // a hand-off to a blocking thread per token costs more than it spreads.
+        let mut tokens: Vec<Option<Result<String, IdentityError>>> = Vec::new();
+        let mut to_sign = Vec::new();
+        for (index, item) in work.into_iter().enumerate() {
+            match item {
+                Ok(Work::Kept(token)) => tokens.push(Some(Ok(token))),
+                Ok(Work::Sign(claims, key)) => {
+                    tokens.push(None);
+                    to_sign.push((index, claims, key));
+                }
+                Err(error) => tokens.push(Some(Err(error))),
+            }
+        }
+        let signed = to_sign.len();
+        let jobs = k2b_core::cpu::cores()
+            .min(self.concurrency.max(1))
+            .min(signed.max(1));
+        let mut shares: Vec<Vec<_>> = (0..jobs).map(|_| Vec::new()).collect();
+        for (n, item) in to_sign.into_iter().enumerate() {
+            shares[n % jobs].push(item);
+        }
+        // A job that failed leaves its widgets unsigned: they fail with "signing task".
+        let results =
+            futures::future::join_all(shares.into_iter().filter(|share| !share.is_empty()).map(
+                |share| {
+                    let signer = signer.clone();
+                    k2b_core::cpu::run(move || {
+                        share
+                            .into_iter()
+                            .map(|(index, claims, key)| {
+                                let token = signer.sign(INVOCATION_TOKEN_TYPE, &*claims);
+                                (index, token, claims.exp, key)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                },
+            ))
+            .await;
+        let mut kept = Vec::new();
+        for (index, token, expires, key) in results.into_iter().flatten().flatten() {
+            if let (Ok(token), Some(key)) = (&token, key) {
+                kept.push((key, token.clone(), expires));
+            }
+            tokens[index] = Some(token);
+        }
+        let tokens: Vec<Result<String, IdentityError>> = tokens
+            .into_iter()
+            .map(|token| token.unwrap_or(Err(IdentityError::InvalidInvocation("signing task"))))
+            .collect();
+        Issued {
+            tokens,
+            signed,
+            reused,
+            signing: started.elapsed(),
+            kept,
+        }
+    }
 }
 
 #[cfg(test)]

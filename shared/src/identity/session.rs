@@ -18,7 +18,7 @@ use super::constants::{
 use super::metrics::Counter;
 use super::{Identity, IdentityError, IssueOptions, Purpose, SigningScope, jwt};
 use crate::auth::{SessionKind, UserRecord};
-use crate::settings::Settings;
+use crate::settings::{AccountCategory, Settings};
 
 /// Cookie of a browser session.
 pub const SESSION_COOKIE: &str = "session_token";
@@ -337,11 +337,15 @@ pub async fn validate_session(
     settings: &Settings,
     claims: &SessionClaims,
 ) -> Result<Option<ValidSession>, IdentityError> {
-    // The family, its key, the account and whether it manages a group in one round trip.
+    // The family, its key, the account, whether it manages a group and the stored switches of
+    // the account categories in one round trip.
     #[derive(sqlx::FromRow)]
     struct SessionRow {
         pwa_device_id: Option<Uuid>,
         manages_groups: bool,
+        freeipa_switch: Option<String>,
+        guest_switch: Option<String>,
+        login_switch: Option<String>,
         #[sqlx(flatten)]
         user: UserRecord,
     }
@@ -349,7 +353,10 @@ pub async fn validate_session(
         "SELECT f.pwa_device_id, u.id, u.uid, u.provider, u.profile, u.display_name, u.mail,
                 u.account_expires, u.admin, u.auth_epoch,
                 EXISTS (SELECT 1 FROM auth.group_managers m WHERE m.user_id = u.id)
-                    AS manages_groups
+                    AS manages_groups,
+                (SELECT value FROM settings.entries WHERE key = $4) AS freeipa_switch,
+                (SELECT value FROM settings.entries WHERE key = $5) AS guest_switch,
+                (SELECT value FROM settings.entries WHERE key = $6) AS login_switch
          FROM auth.session_families f
          JOIN auth.users u ON u.id = f.user_id
          JOIN auth.signing_keys k ON k.kid = f.signing_kid
@@ -362,17 +369,29 @@ pub async fn validate_session(
     .bind(claims.sid)
     .bind(claims.sub)
     .bind(claims.auth_epoch as i64)
+    .bind(AccountCategory::FreeIpa.setting_key())
+    .bind(AccountCategory::Guest.setting_key())
+    .bind(AccountCategory::Login.setting_key())
     .fetch_optional(&mut *conn)
     .await?;
     let Some(SessionRow {
         pwa_device_id: device,
         manages_groups,
+        freeipa_switch,
+        guest_switch,
+        login_switch,
         user,
     }) = row
     else {
         return Ok(None);
     };
-    if !settings.category_enabled(conn, user.category()).await? {
+    let category = user.category();
+    let switch = match category {
+        AccountCategory::FreeIpa => freeipa_switch,
+        AccountCategory::Guest => guest_switch,
+        AccountCategory::Login => login_switch,
+    };
+    if !settings.category_enabled_in(category, switch.as_deref())? {
         return Ok(None);
     }
     Ok(Some(ValidSession {

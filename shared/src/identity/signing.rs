@@ -127,6 +127,11 @@ pub struct ScopeSigner {
 }
 
 impl ScopeSigner {
+    /// The key's id (the tokens' `kid`).
+    pub fn kid(&self) -> &str {
+        &self.signer.kid
+    }
+
     /// Signs `claims` (RS256, header `{alg, kid, typ}`).
     pub fn sign<C: Serialize>(&self, typ: &str, claims: &C) -> Result<String, IdentityError> {
         match jwt::encode(&self.signer.kid, typ, claims, &self.signer.key) {
@@ -338,6 +343,96 @@ impl Identity {
             return Ok(value);
         }
         Err(IdentityError::NoActiveSigner(purpose).into())
+    }
+
+    /// Issuance that writes nothing, with the key check beside the signatures instead of before
+    /// them: `sign` starts at once with the active signer held in memory while the key row is
+    /// read `FOR KEY SHARE`, and what it returns is released only when the check found the key
+    /// active and `sign` finished while the lock was held (the lock is released after). A key
+    /// found inactive drops the result and the cached signer, and `sign` runs again with a fresh
+    /// one (at most two attempts, as [`Identity::with_active_signer`]). One deadline bounds it
+    /// all; a timeout names the step that was running. The lock's transaction writes nothing,
+    /// so its commit does not wait for the disk.
+    pub async fn sign_while_guarded<T, F, Fut>(
+        &self,
+        purpose: Purpose,
+        options: IssueOptions,
+        sign: F,
+    ) -> Result<T, IdentityError>
+    where
+        F: Fn(ScopeSigner, String) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let timeout = options.duration()?;
+        let deadline = Deadline {
+            at: Instant::now() + timeout,
+            within: describe_duration(timeout),
+            cancel: options.cancel.clone(),
+        };
+        for _attempt in 0..2 {
+            let signer = deadline
+                .run(Step::SignerRefresh, self.prepare_signer(purpose))
+                .await?;
+            let issuer = match &options.issuer {
+                Some(issuer) => issuer.clone(),
+                None => deadline
+                    .run(Step::IdentitySettings, self.runtime_config())
+                    .await?
+                    .issuer
+                    .clone(),
+            };
+            let check = async {
+                let remaining = deadline.at.saturating_duration_since(Instant::now());
+                let mut tx = deadline
+                    .run(
+                        Step::DatabaseConnection,
+                        db::begin_bounded_lock_only(self.pool(), remaining),
+                    )
+                    .await?;
+                let active: Option<String> = deadline
+                    .run_db(Step::SigningKeyCheck, async {
+                        sqlx::query_scalar(
+                            "SELECT kid FROM auth.signing_keys
+                             WHERE purpose = $1 AND kid = $2 AND state = 'active'
+                               AND sign_until > now()
+                             FOR KEY SHARE",
+                        )
+                        .bind(purpose.as_str())
+                        .bind(&signer.kid)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(IdentityError::from)
+                    })
+                    .await?;
+                self.0.metrics.inc(Counter::SignerGuard);
+                Ok::<_, IdentityError>(active.map(|_| tx))
+            };
+            let handle = ScopeSigner {
+                signer: signer.clone(),
+                metrics: self.0.metrics.clone(),
+            };
+            let work = deadline.wait(Step::Signing, sign(handle, issuer));
+            let mut check = std::pin::pin!(check);
+            let mut work = std::pin::pin!(work);
+            // A failed check ends the issuance at once (the signatures are only dropped); a
+            // check still running is awaited to its end, never dropped inside a statement.
+            let (checked, signed) = tokio::select! {
+                checked = &mut check => {
+                    let checked = checked?;
+                    (checked, work.await)
+                }
+                signed = &mut work => (check.await?, signed),
+            };
+            let Some(tx) = checked else {
+                self.invalidate_signer(purpose, Some(&signer.kid));
+                continue;
+            };
+            let value = signed?;
+            deadline.check(Step::Signing)?;
+            deadline.run_db(Step::Signing, tx.commit()).await?;
+            return Ok(value);
+        }
+        Err(IdentityError::NoActiveSigner(purpose))
     }
 }
 

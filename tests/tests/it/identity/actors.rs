@@ -157,6 +157,17 @@ async fn sessions_end_with_revocation_epoch_key_category_and_pending_terms() {
         .await
         .expect("on");
     assert!(valid(token.clone()).await);
+    // Another category's switch leaves this account's sessions alone.
+    for other in [
+        "user.category.guest.enabled",
+        "user.category.freeipa.enabled",
+    ] {
+        core.settings
+            .set(other, serde_json::json!(false))
+            .await
+            .expect("other off");
+    }
+    assert!(valid(token.clone()).await);
     // Legal terms pending until accepted.
     let pending = session(
         &core,

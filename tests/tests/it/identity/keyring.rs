@@ -212,6 +212,146 @@ async fn scenario_43_revocation_waits_for_issuance_in_flight() {
     assert_ne!(active_kid(&db, Purpose::Invocation).await, old);
 }
 
+/// The overlapped guard (`sign_while_guarded`): a key revoked behind the cache is noticed by
+/// the check beside the signatures; their result is dropped and the work runs again with a
+/// new key, which is the one released.
+#[tokio::test]
+async fn signing_beside_the_check_drops_what_a_revoked_key_signed() {
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    let first = core
+        .identity
+        .prepare_signer(Purpose::Invocation)
+        .await
+        .expect("signer");
+    sqlx::query(
+        "UPDATE auth.signing_keys SET state = 'revoked', revoked_at = now() WHERE kid = $1",
+    )
+    .bind(&first.kid)
+    .execute(&db.pool)
+    .await
+    .expect("revoke");
+    let runs = AtomicUsize::new(0);
+    let guards = core.identity.metrics().snapshot().signer_guards;
+    let kid = core
+        .identity
+        .sign_while_guarded(
+            Purpose::Invocation,
+            IssueOptions::default(),
+            |signer, issuer| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    assert!(issuer.starts_with("http"), "{issuer}");
+                    signer.kid().to_string()
+                }
+            },
+        )
+        .await
+        .expect("issued");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "signed again with the new key"
+    );
+    assert_ne!(kid, first.kid);
+    assert_eq!(active_kid(&db, Purpose::Invocation).await, kid);
+    assert_eq!(core.identity.metrics().snapshot().signer_guards, guards + 2);
+}
+
+/// The overlapped guard with a key the database never heard of: two attempts, nothing released.
+#[tokio::test]
+async fn signing_beside_the_check_releases_nothing_without_an_active_key() {
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    let prepares = Arc::new(AtomicUsize::new(0));
+    let identity = Identity::from_parts(
+        db.pool.clone(),
+        core.config.identity.keks.clone(),
+        Arc::new(Phantom {
+            prepares: prepares.clone(),
+        }),
+        RuntimeConfigCache::new(
+            Arc::new(super::FixedSettings("https://cloud.example.test".into())),
+            false,
+            None,
+            None,
+        ),
+        Arc::new(Metrics::default()),
+    );
+    let error = identity
+        .sign_while_guarded(
+            Purpose::Oauth,
+            IssueOptions::default(),
+            |signer, _| async move { signer.kid().to_string() },
+        )
+        .await
+        .expect_err("no signer");
+    assert_eq!(
+        error.to_string(),
+        "No active oauth identity signer is available"
+    );
+    assert_eq!(prepares.load(Ordering::SeqCst), 2);
+}
+
+/// The overlapped guard holds the key's share lock until the signatures are done: a
+/// revocation that comes after the check waits for them, and what they signed is released.
+#[tokio::test]
+async fn revocation_waits_for_signatures_beside_the_check() {
+    let db = TestDb::new().await;
+    let core = core_for(&db);
+    let old = core
+        .identity
+        .prepare_signer(Purpose::Invocation)
+        .await
+        .expect("signer")
+        .kid
+        .clone();
+    let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
+    let release = std::sync::Mutex::new(Some(release));
+    let identity = core.identity.clone();
+    let guards = core.identity.metrics().snapshot().signer_guards;
+    let issuance = tokio::spawn(async move {
+        identity
+            .sign_while_guarded(
+                Purpose::Invocation,
+                IssueOptions::default(),
+                move |signer, _| {
+                    let release = release.lock().expect("lock").take();
+                    async move {
+                        if let Some(release) = release {
+                            release.await.ok();
+                        }
+                        signer.kid().to_string()
+                    }
+                },
+            )
+            .await
+    });
+    // The check has the lock once the guard is counted; the signatures are still held.
+    for _ in 0..500 {
+        if core.identity.metrics().snapshot().signer_guards > guards {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(core.identity.metrics().snapshot().signer_guards, guards + 1);
+    let identity = core.identity.clone();
+    let revoke_kid = old.clone();
+    let revocation =
+        tokio::spawn(async move { identity.revoke_key(&revoke_kid, "compromised").await });
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    assert!(
+        !revocation.is_finished(),
+        "revocation waits for the share lock"
+    );
+    assert!(!issuance.is_finished(), "the signatures are still running");
+    release_tx.send(()).ok();
+    let issued = issuance.await.expect("join").expect("issued");
+    assert_eq!(issued, old);
+    assert!(revocation.await.expect("join").expect("revoked"));
+    assert_ne!(active_kid(&db, Purpose::Invocation).await, old);
+}
+
 /// Scenario 44: the full cycle — concurrent initialisation, rotation, promotion, import
 /// failures, KEK rollout, revocation and pruning.
 #[tokio::test]
