@@ -231,15 +231,24 @@ impl CallContext {
 
 /// The app-side URL of a widget: the origin of its URL, the internal path, the fitted size.
 pub fn target_url(widget: &DashboardWidget, size: WidgetSize) -> Option<String> {
-    let origin = url::Url::parse(&widget.url).ok()?.origin();
-    if !origin.is_tuple() {
+    target(widget, size).map(String::from)
+}
+
+/// [`target_url`] parsed: the widget's URL is parsed once and keeps only its origin.
+fn target(widget: &DashboardWidget, size: WidgetSize) -> Option<url::Url> {
+    let mut url = url::Url::parse(&widget.url).ok()?;
+    if !url.origin().is_tuple() {
         return None;
     }
-    Some(format!(
-        "{}{INTERNAL_WIDGET_PATH}{}?{SIZE_PARAM}={size}",
-        origin.ascii_serialization(),
+    url.set_username("").ok()?;
+    url.set_password(None).ok()?;
+    url.set_fragment(None);
+    url.set_path(&format!(
+        "{INTERNAL_WIDGET_PATH}{}",
         k2b_core::http::text::encode_uri_component(&widget.widget_id)
-    ))
+    ));
+    url.set_query(Some(&format!("{SIZE_PARAM}={size}")));
+    Some(url)
 }
 
 enum Body {
@@ -287,7 +296,7 @@ pub async fn call_widget(
     context: &CallContext,
     deadline: Instant,
 ) -> Outcome {
-    let Some(url) = target_url(widget, size).and_then(|url| url::Url::parse(&url).ok()) else {
+    let Some(url) = target(widget, size) else {
         return Outcome::error(Phase::Provider, Reason::OperationFailed, None);
     };
     if let Err(refused) = apps.networks.check_url(&url) {
@@ -426,7 +435,19 @@ mod tests {
             Some("https://demo.example/api/_internal/widgets/v1/a%20b%2F%C3%BC~*?size=large")
         );
         assert_eq!(
+            target_url(
+                &widget("https://user:secret@demo.example:8443/p?q=1#frag", "w"),
+                WidgetSize::Medium
+            )
+            .as_deref(),
+            Some("https://demo.example:8443/api/_internal/widgets/v1/w?size=medium")
+        );
+        assert_eq!(
             target_url(&widget("not a url", "x"), WidgetSize::Large),
+            None
+        );
+        assert_eq!(
+            target_url(&widget("data:text/plain,x", "x"), WidgetSize::Large),
             None
         );
     }

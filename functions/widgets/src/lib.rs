@@ -2,7 +2,7 @@
 //! NDJSON, one line per widget as soon as it answers, each within its own budget; and
 //! `GET /api/widgets/v1/{appId}/{widgetId}` answers one widget as JSON.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -12,7 +12,9 @@ use k2b_core::access::require_reader;
 use k2b_core::config::Needs;
 use k2b_core::http::headers::request_id;
 use k2b_core::http::routes::Routes;
-use k2b_core::widgets::{WIDGET_CONCURRENCY, WIDGET_STREAM_DEADLINE, WIDGET_TIMEOUT};
+use k2b_core::widgets::{
+    DashboardWidget, WIDGET_CONCURRENCY, WIDGET_STREAM_DEADLINE, WIDGET_TIMEOUT,
+};
 
 pub mod call;
 mod signing;
@@ -50,6 +52,21 @@ pub(crate) struct WidgetsState {
     pub apps: call::AppClient,
     /// Invocation tokens released by this environment, for reuse while still fresh.
     pub tokens: Arc<signing::TokenCache>,
+    /// The widgets the last registry read declared (the next stream signs for them while it
+    /// reads the registry again).
+    pub recent: Arc<Mutex<Option<Arc<Vec<DashboardWidget>>>>>,
+}
+
+impl WidgetsState {
+    fn recent_widgets(&self) -> Option<Arc<Vec<DashboardWidget>>> {
+        self.recent.lock().ok().and_then(|recent| recent.clone())
+    }
+
+    fn remember_widgets(&self, declared: Arc<Vec<DashboardWidget>>) {
+        if let Ok(mut recent) = self.recent.lock() {
+            *recent = Some(declared);
+        }
+    }
 }
 
 /// The function: the database, `APP_SECRET` (the issuer and account settings) and the identity
@@ -91,6 +108,7 @@ pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
         core,
         options: Arc::new(options),
         tokens: Arc::default(),
+        recent: Arc::default(),
     };
     Routes::new()
         .get("/api/widgets/v1", stream::widgets)
@@ -100,6 +118,7 @@ pub fn routes_with(core: Core, options: WidgetsOptions) -> Routes {
             require_reader,
         ))
         .layer(middleware::from_fn(request_id))
+        .layer(middleware::from_fn(stream::mark_arrival))
         .with_state(state)
 }
 

@@ -86,15 +86,25 @@ impl TokenCache {
     }
 }
 
-/// What one token says, without its `jti`, `iat` and `exp`, under one key and one session.
+/// What one token says, without its `jti`, `iat`, `nbf` and `exp`, under one key and one
+/// session.
 fn reuse_key(kid: &str, session: Option<Uuid>, claims: &InvocationClaims) -> Option<String> {
-    let mut value = serde_json::to_value(claims).ok()?;
-    let object = value.as_object_mut()?;
-    for moment in ["jti", "iat", "nbf", "exp"] {
-        object.remove(moment);
+    let timeless = InvocationClaims {
+        jti: String::new(),
+        iat: 0,
+        nbf: 0,
+        exp: 0,
+        ..claims.clone()
+    };
+    let mut key = String::with_capacity(512);
+    key.push_str(kid);
+    key.push('\n');
+    if let Some(sid) = session {
+        key.push_str(&sid.to_string());
     }
-    let session = session.map(|sid| sid.to_string()).unwrap_or_default();
-    Some(format!("{kid}\n{session}\n{value}"))
+    key.push('\n');
+    key.push_str(&serde_json::to_string(&timeless).ok()?);
+    Some(key)
 }
 
 fn unix_now() -> f64 {
@@ -130,6 +140,8 @@ pub(crate) struct Issued {
     /// The signatures' share of the issuance (the rest is the part of the guard that did not
     /// overlap them: its connection, key check and commit).
     pub signing: Duration,
+    /// The whole issuance, from its start to its tokens.
+    pub total: Duration,
     /// New tokens to keep for reuse once the guard released them: key, token, `exp`.
     kept: Vec<(String, String, u64)>,
 }
@@ -147,6 +159,33 @@ pub(crate) async fn sign_all(
     budget: Duration,
     concurrency: usize,
 ) -> Result<Issued, IdentityError> {
+    start_signing(
+        core,
+        cache,
+        actor,
+        widgets,
+        needed,
+        request_id,
+        budget,
+        concurrency,
+    )
+    .await
+    .map_err(|_| IdentityError::InvalidInvocation("signing task"))?
+}
+
+/// [`sign_all`] started at once as its own task: awaited, or left to finish on its own (its
+/// new tokens are then only kept for reuse).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_signing(
+    core: &Core,
+    cache: &Arc<TokenCache>,
+    actor: &Actor,
+    widgets: Vec<DashboardWidget>,
+    needed: Vec<Duration>,
+    request_id: Option<String>,
+    budget: Duration,
+    concurrency: usize,
+) -> tokio::task::JoinHandle<Result<Issued, IdentityError>> {
     let core = core.clone();
     let cache = cache.clone();
     let authority = InvocationAuthority::from_actor(actor);
@@ -154,6 +193,7 @@ pub(crate) async fn sign_all(
         Actor::User(user) => Some(user.sid),
         _ => None,
     };
+    let started = Instant::now();
     tokio::spawn(
         async move {
             let mut issued = sign_in_guard(
@@ -175,12 +215,11 @@ pub(crate) async fn sign_all(
             if issued.reused > 0 {
                 metrics::count("WidgetTokensReused", issued.reused as u64);
             }
+            issued.total = started.elapsed();
             Ok(issued)
         }
         .in_current_span(),
     )
-    .await
-    .map_err(|_| IdentityError::InvalidInvocation("signing task"))?
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -318,6 +357,7 @@ impl Batch<'_> {
             signed,
             reused,
             signing: started.elapsed(),
+            total: Duration::ZERO,
             kept,
         }
     }
@@ -346,6 +386,70 @@ mod tests {
             needed_lifetime(40, 8, budget, stream),
             stream + REUSE_MARGIN
         );
+    }
+
+    #[test]
+    fn the_reuse_key_is_all_a_token_says_but_its_moments() {
+        let authority =
+            InvocationAuthority::for_session(Uuid::new_v4(), k2b_core::auth::SessionKind::Web);
+        let claims = |app: &str, operation: &str, request_id: Option<&str>| {
+            build_claims(
+                "https://cloud.example",
+                &InvocationRequest {
+                    target_app: app,
+                    caller_app: CALLER_APP,
+                    operation,
+                    schema_hash: None,
+                    authority: &authority,
+                    request_id,
+                    issued_at: None,
+                    jti: None,
+                },
+            )
+            .expect("claims")
+        };
+        let sid = Some(Uuid::new_v4());
+        let key = |kid: &str, sid: Option<Uuid>, claims: &InvocationClaims| {
+            reuse_key(kid, sid, claims).expect("key")
+        };
+        let first = claims("weather", "widget.read:current", Some("r1"));
+        let mut later = claims("weather", "widget.read:current", Some("r1"));
+        later.jti = "another".into();
+        later.iat += 5;
+        later.nbf += 5;
+        later.exp += 5;
+        assert_eq!(key("k1", sid, &first), key("k1", sid, &later));
+        for (other_kid, other_sid, other) in [
+            (
+                "k2",
+                sid,
+                claims("weather", "widget.read:current", Some("r1")),
+            ),
+            (
+                "k1",
+                Some(Uuid::from_u128(8)),
+                claims("weather", "widget.read:current", Some("r1")),
+            ),
+            (
+                "k1",
+                None,
+                claims("weather", "widget.read:current", Some("r1")),
+            ),
+            ("k1", sid, claims("news", "widget.read:current", Some("r1"))),
+            (
+                "k1",
+                sid,
+                claims("weather", "widget.read:forecast", Some("r1")),
+            ),
+            (
+                "k1",
+                sid,
+                claims("weather", "widget.read:current", Some("r2")),
+            ),
+            ("k1", sid, claims("weather", "widget.read:current", None)),
+        ] {
+            assert_ne!(key("k1", sid, &first), key(other_kid, other_sid, &other));
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::Extension;
 use axum::body::Body;
@@ -21,6 +22,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use k2b_core::auth::Actor;
 use k2b_core::http::ApiError;
 use k2b_core::http::openapi::ErrorBody;
+use k2b_core::identity::IdentityError;
 use k2b_core::telemetry::metrics;
 use k2b_core::widgets::{
     DashboardWidget, MAX_STREAM_WIDGETS, WidgetResponse, WidgetSize, fit_size, list_widgets,
@@ -36,7 +38,7 @@ use crate::WidgetsState;
 use crate::call::{
     CallContext, Outcome, Phase, Reason, Rejection, call_widget, log_rejection, record_outcome,
 };
-use crate::signing::{needed_lifetime, sign_all};
+use crate::signing::{Issued, needed_lifetime, start_signing};
 
 /// `<appId>/<widgetId>` with an optional `@small|@medium|@large`. A value that is itself a
 /// declared key is that key (so ids that end in such a suffix keep working); otherwise the size
@@ -226,6 +228,60 @@ impl<'a> Line<'a> {
     }
 }
 
+/// When the request reached the function's routes (before its credentials were checked).
+#[derive(Clone, Copy)]
+pub(crate) struct Arrival(Instant);
+
+/// Marks a request's [`Arrival`].
+pub(crate) async fn mark_arrival(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    request.extensions_mut().insert(Arrival(Instant::now()));
+    next.run(request).await
+}
+
+/// The widgets a stream runs for `query`, in registry order, at most [`MAX_STREAM_WIDGETS`].
+fn chosen(declared: &[DashboardWidget], query: Option<&str>) -> Vec<DashboardWidget> {
+    select(declared, query)
+        .into_iter()
+        .take(MAX_STREAM_WIDGETS)
+        .map(|(widget, _)| widget.clone())
+        .collect()
+}
+
+/// What the tokens of `widgets` name, in order: the app and the widget of each.
+fn identities(widgets: &[DashboardWidget]) -> Vec<(String, String)> {
+    widgets
+        .iter()
+        .map(|widget| (widget.app_id.clone(), widget.widget_id.clone()))
+        .collect()
+}
+
+/// Starts the issuance of one token per widget for a stream with `stream_left` to run.
+fn issue(
+    state: &WidgetsState,
+    actor: &Actor,
+    widgets: Vec<DashboardWidget>,
+    context: &CallContext,
+    stream_left: std::time::Duration,
+) -> tokio::task::JoinHandle<Result<Issued, IdentityError>> {
+    let options = &state.options;
+    let needed = (0..widgets.len())
+        .map(|index| needed_lifetime(index, options.concurrency, options.timeout, stream_left))
+        .collect();
+    start_signing(
+        &state.core,
+        &state.tokens,
+        actor,
+        widgets,
+        needed,
+        context.request_id.clone(),
+        options.timeout.min(stream_left),
+        options.concurrency,
+    )
+}
+
 fn encode(line: &Line<'_>) -> Bytes {
     let mut bytes = serde_json::to_vec(line).unwrap_or_default();
     bytes.push(b'\n');
@@ -288,6 +344,7 @@ struct Job {
 pub(crate) async fn widgets(
     State(state): State<WidgetsState>,
     Extension(actor): Extension<Actor>,
+    Extension(arrival): Extension<Arrival>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
@@ -313,8 +370,20 @@ pub(crate) async fn widgets(
     }
 
     let setup_started = Instant::now();
+    let credentials = setup_started.saturating_duration_since(arrival.0);
+    // Tokens for what the last registry read declared, signed while the registry is read again
+    // and used only when the fresh read selects exactly the same widgets.
+    let guess = state.recent_widgets().and_then(|recent| {
+        let guess = chosen(&recent, query.as_deref());
+        if guess.is_empty() {
+            return None;
+        }
+        let identities = identities(&guess);
+        let handle = issue(&state, &actor, guess, &context, options.stream_deadline);
+        Some((identities, handle))
+    });
     let declared = match timeout(options.timeout, list_widgets(&state.core.pool, None)).await {
-        Ok(Ok(declared)) => declared,
+        Ok(Ok(declared)) => Arc::new(declared),
         outcome => {
             let reason = if outcome.is_err() {
                 Reason::DeadlineExceeded
@@ -330,6 +399,7 @@ pub(crate) async fn widgets(
             return unavailable("Widget registry is currently unavailable");
         }
     };
+    state.remember_widgets(declared.clone());
     let mut selected = select(&declared, query.as_deref());
     if selected.len() > MAX_STREAM_WIDGETS {
         tracing::warn!(
@@ -347,34 +417,33 @@ pub(crate) async fn widgets(
         Vec::new()
     } else {
         let widgets: Vec<DashboardWidget> = selected.iter().map(|(w, _)| (*w).clone()).collect();
-        let stream_left = stream_deadline.saturating_duration_since(Instant::now());
-        let budget = options.timeout.min(stream_left);
-        let needed = (0..widgets.len())
-            .map(|index| needed_lifetime(index, options.concurrency, options.timeout, stream_left))
-            .collect();
-        let issuing = Instant::now();
-        match sign_all(
-            &state.core,
-            &state.tokens,
-            &actor,
-            widgets,
-            needed,
-            context.request_id.clone(),
-            budget,
-            options.concurrency,
-        )
-        .await
-        {
+        let (speculated, handle) = match guess {
+            Some((guessed, handle)) if guessed == identities(&widgets) => (true, handle),
+            other => {
+                if let Some((_, handle)) = other {
+                    // What it signed is kept for reuse: the issuance below may release it.
+                    handle.await.ok();
+                }
+                let stream_left = stream_deadline.saturating_duration_since(Instant::now());
+                (false, issue(&state, &actor, widgets, &context, stream_left))
+            }
+        };
+        let issued = handle
+            .await
+            .unwrap_or(Err(IdentityError::InvalidInvocation("signing task")));
+        match issued {
             Ok(issued) => {
-                let issuance = issuing.elapsed();
                 tracing::debug!(
                     source = "widgets",
                     widgets = issued.tokens.len(),
+                    credentials_ms = credentials.as_secs_f64() * 1000.0,
                     registry_ms = registry_read.as_secs_f64() * 1000.0,
-                    guard_ms = issuance.saturating_sub(issued.signing).as_secs_f64() * 1000.0,
+                    setup_ms = setup_started.elapsed().as_secs_f64() * 1000.0,
+                    guard_ms = issued.total.saturating_sub(issued.signing).as_secs_f64() * 1000.0,
                     signing_ms = issued.signing.as_secs_f64() * 1000.0,
                     signed = issued.signed,
                     reused = issued.reused,
+                    speculated,
                     "Widget stream set up"
                 );
                 issued.tokens.into_iter().map(Result::ok).collect()

@@ -348,7 +348,8 @@ impl Identity {
     /// Issuance that writes nothing, with the key check beside the signatures instead of before
     /// them: `sign` starts at once with the active signer held in memory while the key row is
     /// read `FOR KEY SHARE`, and what it returns is released only when the check found the key
-    /// active and `sign` finished while the lock was held (the lock is released after). A key
+    /// active and `sign` finished while the lock was held (the lock is released after, in the
+    /// background). A key
     /// found inactive drops the result and the cached signer, and `sign` runs again with a fresh
     /// one (at most two attempts, as [`Identity::with_active_signer`]). One deadline bounds it
     /// all; a timeout names the step that was running. The lock's transaction writes nothing,
@@ -429,7 +430,13 @@ impl Identity {
             };
             let value = signed?;
             deadline.check(Step::Signing)?;
-            deadline.run_db(Step::Signing, tx.commit()).await?;
+            // The result is released now; the lock goes with the commit, in the background
+            // (it writes nothing, so nothing waits on its outcome).
+            tokio::spawn(async move {
+                if let Err(error) = tx.commit().await {
+                    tracing::debug!(error = %error, "signer guard commit failed");
+                }
+            });
             return Ok(value);
         }
         Err(IdentityError::NoActiveSigner(purpose))

@@ -1,6 +1,7 @@
 //! The widget stream and the single-widget route over real HTTP, with real widget providers:
 //! small servers on loopback that each test scripts, registered in the registry like apps.
 
+mod issuance;
 mod provider_side;
 mod reuse;
 mod runner;
