@@ -9,6 +9,8 @@
 //!   streams used the tokens signed while the registry was read;
 //! - one stream at a time and 8 concurrent streams, each with a new session per stream (every
 //!   token signed) and with one session (still-fresh tokens reused);
+//! - the CPU each stream cost the runner, this process (the 20 providers and the client) and
+//!   Postgres: the floor of the concurrent figures on this machine's cores;
 //! - the runner held to a fraction of a core (a cgroup CPU quota), as Lambda gives CPU in
 //!   proportion to memory (1,769 MB = one vCPU): the figures behind the widgets function's
 //!   `MemorySize`.
@@ -80,6 +82,63 @@ async fn stream(client: &reqwest::Client, path: &str, cookie: &str) -> Stream {
     }
 }
 
+/// CPU time (user + system) a process has used, in milliseconds, from `/proc/<pid>/stat`.
+fn cpu_ms(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and
+    // 13th, in clock ticks of 10 ms.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks * 10.0)
+}
+
+/// CPU time of every Postgres process on this machine, in milliseconds.
+fn postgres_cpu_ms() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return f64::NAN;
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().into_string().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            (comm.trim() == "postgres").then(|| cpu_ms(&pid)).flatten()
+        })
+        .sum()
+}
+
+/// CPU used so far by the runner, this process (the providers and the client) and Postgres.
+#[derive(Clone, Copy)]
+struct Cpu {
+    runner: f64,
+    bench: f64,
+    postgres: f64,
+}
+
+impl Cpu {
+    fn now(runner: u32) -> Cpu {
+        Cpu {
+            runner: cpu_ms(&runner.to_string()).unwrap_or(f64::NAN),
+            bench: cpu_ms("self").unwrap_or(f64::NAN),
+            postgres: postgres_cpu_ms(),
+        }
+    }
+
+    /// What each of `streams` streams cost since `before`.
+    fn per_stream(self, before: Cpu, streams: usize) -> String {
+        let each = |now: f64, then: f64| (now - then) / streams as f64;
+        let (runner, bench, postgres) = (
+            each(self.runner, before.runner),
+            each(self.bench, before.bench),
+            each(self.postgres, before.postgres),
+        );
+        format!(
+            "CPU per stream: runner {runner:.2} ms, providers and client {bench:.2} ms, Postgres {postgres:.2} ms; {:.2} ms in all",
+            runner + bench + postgres
+        )
+    }
+}
+
 /// Cookies: a new session for every stream, or one session for all.
 enum Sessions {
     New,
@@ -93,27 +152,30 @@ async fn cookie(core: &Core, sessions: &Sessions, user: &k2b_core::auth::UserRec
     }
 }
 
-/// `workers` concurrent loops of streams, `runs` measured streams in all after a warm-up.
-async fn measure(
+/// The cookies of `workers` concurrent loops of streams: `runs` measured streams in all, after
+/// two warm-up streams per loop.
+async fn cookies(
     core: &Core,
     user: &k2b_core::auth::UserRecord,
-    path: &str,
     sessions: &Sessions,
     workers: usize,
     runs: usize,
-) -> (Vec<f64>, Vec<f64>) {
-    let client = reqwest::Client::new();
-    let cookies: Vec<Vec<String>> = {
-        let mut all = Vec::new();
-        for _ in 0..workers {
-            let mut mine = Vec::new();
-            for _ in 0..(runs / workers + 2) {
-                mine.push(cookie(core, sessions, user).await);
-            }
-            all.push(mine);
+) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for _ in 0..workers {
+        let mut mine = Vec::new();
+        for _ in 0..(runs / workers + 2) {
+            mine.push(cookie(core, sessions, user).await);
         }
-        all
-    };
+        all.push(mine);
+    }
+    all
+}
+
+/// One loop of streams per list of cookies, all at once; the overheads and first bytes of all
+/// but each loop's first two streams.
+async fn measure(path: &str, cookies: Vec<Vec<String>>) -> (Vec<f64>, Vec<f64>) {
+    let client = reqwest::Client::new();
     let tasks: Vec<_> = cookies
         .into_iter()
         .map(|mine| {
@@ -316,11 +378,16 @@ async fn main() {
             continue;
         }
         let before = runner.output().len();
-        let (overheads, starts) = measure(&core, &user, &path, sessions, workers, runs).await;
+        let cookies = cookies(&core, &user, sessions, workers, runs).await;
+        let streams: usize = cookies.iter().map(Vec::len).sum();
+        let cpu = Cpu::now(runner.pid());
+        let (overheads, starts) = measure(&path, cookies).await;
+        let used = Cpu::now(runner.pid()).per_stream(cpu, streams);
         met &= line(label, &overheads, &starts);
         if let Some(breakdown) = setup_breakdown(&runner.output()[before..]) {
             println!("      setup: {breakdown}");
         }
+        println!("      {used}");
     }
     println!(
         "goal (overhead p50 <= {P50_GOAL_MS} ms, p99 <= {P99_GOAL_MS} ms on this machine): {}",
@@ -352,7 +419,8 @@ async fn main() {
         }
         for (label, sessions) in [("new session each", &Sessions::New), ("one session", &one)] {
             let before = runner.output().len();
-            let (overheads, starts) = measure(&core, &user, &path, sessions, 1, RUNS / 2).await;
+            let cookies = cookies(&core, &user, sessions, 1, RUNS / 2).await;
+            let (overheads, starts) = measure(&path, cookies).await;
             line(
                 &format!("{memory:.0} MB ({share:.2} core), {label}"),
                 &overheads,
