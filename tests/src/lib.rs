@@ -150,6 +150,17 @@ pub fn local_binary() -> PathBuf {
     workspace_binary("k2b-local")
 }
 
+/// The variables cargo sets for a test or benchmark it runs (by prefix).
+const CARGO_RUN_VARS: [&str; 7] = [
+    "CARGO_PKG_",
+    "CARGO_MANIFEST_",
+    "CARGO_CRATE_",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "OUT_DIR",
+];
+
 /// A binary of the workspace in this build's profile (`target/debug` for tests,
 /// `target/release` — the bench profile — for benchmarks). Missing binaries are built once per
 /// process; benchmarks always build (a no-op when current), so they never measure a stale one.
@@ -169,8 +180,18 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     if bench || !binary.exists() {
         BUILD.call_once(|| {
             let profile = if bench { "bench" } else { "dev" };
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["build", "--profile", profile, "--workspace", "--bins"])
+            let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            build.args(["build", "--profile", profile, "--workspace", "--bins"]);
+            // Cargo describes the running test or benchmark in these; build scripts that watch
+            // them (ring's watches `CARGO_PKG_*`) would otherwise see a change from a plain
+            // `cargo build` and rebuild, here and again in the next plain build.
+            for (name, _) in std::env::vars_os() {
+                let text = name.to_string_lossy();
+                if CARGO_RUN_VARS.iter().any(|prefix| text.starts_with(prefix)) {
+                    build.env_remove(&name);
+                }
+            }
+            let status = build
                 .status()
                 .unwrap_or_else(|e| panic!("run cargo build: {e}"));
             assert!(status.success(), "cargo build --workspace --bins failed");
