@@ -193,6 +193,19 @@ pub async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, DbError> {
     )
 }
 
+/// The highest migration applied, `None` before the first: one statement (a database that has
+/// never been migrated has no migrations table, which answers as none applied).
+pub async fn latest_applied_version(pool: &PgPool) -> Result<Option<i64>, DbError> {
+    let latest = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await;
+    match latest {
+        Ok(latest) => Ok(latest),
+        Err(error) if is_undefined_table(&error) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// Every migration this binary carries, ascending.
 pub fn known_migrations() -> Vec<i64> {
     let mut versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
@@ -343,6 +356,10 @@ pub fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("23505"))
 }
 
+fn is_undefined_table(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("42P01"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +411,42 @@ mod tests {
     fn a_wall_clock_that_went_back_pings_again() {
         let policy = in_steady_use();
         assert!(policy.needs_ping(1_000_100, BRIEF));
+    }
+
+    #[tokio::test]
+    async fn the_latest_applied_version_skips_failures_and_is_none_without_the_table() {
+        let db = TestDb::new().await;
+        let known = known_migrations();
+        let latest = latest_applied_version(&db.pool).await.expect("latest");
+        assert_eq!(latest, known.last().copied());
+        assert_eq!(
+            latest,
+            applied_versions(&db.pool)
+                .await
+                .expect("applied")
+                .last()
+                .copied()
+        );
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES ($1, 'failed', false, '\\x00', 0)",
+        )
+        .bind(latest.unwrap_or_default() + 1)
+        .execute(&db.pool)
+        .await
+        .expect("failed migration");
+        assert_eq!(
+            latest_applied_version(&db.pool).await.expect("latest"),
+            latest
+        );
+        sqlx::query("ALTER TABLE _sqlx_migrations RENAME TO migrations_elsewhere")
+            .execute(&db.pool)
+            .await
+            .expect("rename");
+        assert_eq!(
+            latest_applied_version(&db.pool).await.expect("latest"),
+            None
+        );
     }
 
     #[tokio::test]

@@ -312,13 +312,7 @@ async fn live_events(State(core): State<Core>) -> Response {
 /// `{status, database, migration}`: 200 when the database answers, 503 otherwise. Concurrent
 /// checks share reads, each answered by a read that started after it arrived.
 async fn healthz(core: &Core, health: &SharedReads<Option<i64>>) -> Response {
-    let read = health
-        .read(|| async {
-            db::applied_versions(&core.pool)
-                .await
-                .map(|versions| versions.last().copied())
-        })
-        .await;
+    let read = health.read(|| db::latest_applied_version(&core.pool)).await;
     match read {
         Ok(migration) => Json(json!({
             "status": "ok",
