@@ -179,30 +179,29 @@ pub async fn migrate(pool: &PgPool) -> Result<MigrationReport, DbError> {
 
 /// Versions recorded as applied, ascending; empty on a database never migrated.
 pub async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, DbError> {
-    let exists: Option<String> =
-        sqlx::query_scalar("SELECT to_regclass('public._sqlx_migrations')::text")
-            .fetch_one(pool)
-            .await?;
-    if exists.is_none() {
-        return Ok(Vec::new());
-    }
-    Ok(
+    none_without_table(
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
             .fetch_all(pool)
-            .await?,
+            .await,
     )
 }
 
-/// The highest migration applied, `None` before the first: one statement (a database that has
-/// never been migrated has no migrations table, which answers as none applied).
+/// The highest migration applied, `None` before the first, in one statement.
 pub async fn latest_applied_version(pool: &PgPool) -> Result<Option<i64>, DbError> {
-    let latest = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-        .fetch_one(pool)
-        .await;
-    match latest {
-        Ok(latest) => Ok(latest),
-        Err(error) if is_undefined_table(&error) => Ok(None),
-        Err(error) => Err(error.into()),
+    none_without_table(
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await,
+    )
+}
+
+/// A read of the migrations table, where a database never migrated (no such table) has none.
+fn none_without_table<T: Default>(read: Result<T, sqlx::Error>) -> Result<T, DbError> {
+    match read {
+        Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("42P01") => {
+            Ok(T::default())
+        }
+        read => Ok(read?),
     }
 }
 
@@ -354,10 +353,6 @@ pub fn is_timeout(error: &sqlx::Error) -> bool {
 /// Whether an error is a unique-constraint violation.
 pub fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("23505"))
-}
-
-fn is_undefined_table(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("42P01"))
 }
 
 #[cfg(test)]

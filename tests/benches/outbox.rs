@@ -283,8 +283,8 @@ fn main() {
                 }
                 for slot in order {
                     settle(&pool, rows, keys).await;
-                    let workers = if slot <= 2 { slot } else { slot - 2 };
-                    let figure = if slot <= 2 {
+                    let (engine, workers) = (slot > 2, (slot - 1) % 2 + 1);
+                    let figure = if !engine {
                         let (pool_for, ceiling_for) = (pool.clone(), ceiling.clone());
                         rounds(&pool, rows, workers, move |_| {
                             ceiling_pass(pool_for.clone(), ceiling_for.clone())
@@ -300,7 +300,7 @@ fn main() {
                     figures[slot].push(figure);
                 }
             }
-            // Ratios are taken within each run, between figures measured minutes apart at most,
+            // Ratios are taken within each run, between figures measured seconds apart,
             // and their median printed: the server's speed drifts between runs more than the
             // cases differ.
             let paired = |top: usize, bottom: usize| -> f64 {
