@@ -5,8 +5,10 @@
 //! included), with the worker's peak RSS; next to the peer measured in the same run:
 //! `@napi-rs/canvas` (`infra/bench/napi-canvas`, installed with npm on first use) drawing the
 //! same variants the same way, in a fresh Node process per run (started like our worker: through
-//! `/bin/sh`, with an environment of `PATH` and `LANG` only) and warm in one process. PNG sizes
-//! are printed beside each.
+//! `/bin/sh`, with an environment of `PATH` and `LANG` only) and warm in one process per round.
+//! Ours and the peer's runs sit side by side and take turns at going first (each cold run with
+//! one of the peer's, the warm runs in rounds of a few), and each ratio is the median of the
+//! ratios within the pairs or rounds, so a noisy machine slows both sides of a ratio alike. PNG sizes are printed beside each.
 //! Goal on every logo: cold ≤ 25 % and warm (equal compression) ≤ 50 % of the peer's time.
 //!
 //! Run: `cargo bench -p k2b-tests --bench icons`.
@@ -23,7 +25,10 @@ use icons::worker::worker_request;
 use icons::{IconRenderer, WorkerRenderer};
 use k2b_core::branding::{CLOUD_LOGO_SVG, parse_icon_source};
 
-const WARM_RUNS: usize = 20;
+/// Warm runs: rounds of a few runs each, ours and the peer's side by side.
+const WARM_ROUNDS: usize = 5;
+const WARM_PER_ROUND: usize = 4;
+const WARM_RUNS: usize = WARM_ROUNDS * WARM_PER_ROUND;
 const COLD_GOAL: f64 = 0.25;
 const WARM_GOAL: f64 = 0.50;
 const COLD_RUNS: usize = 10;
@@ -56,6 +61,12 @@ impl std::fmt::Display for Figure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:8.2} ms (min {:7.2})", self.median, self.min)
     }
+}
+
+/// The median of a set of ratios.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn elapsed_ms(started: Instant) -> f64 {
@@ -138,26 +149,53 @@ fn main() {
             render_all(&source.data, &source.mime, CLOUD_LOGO_SVG, &variants).expect("render");
         assert!(!fallback, "{file} fell back to the Cloud logo");
         let png_bytes: usize = icons.iter().map(|(_, png)| png.len()).sum();
-        let warm_at = |compression: PngCompression| {
-            Figure::of(
-                (0..WARM_RUNS)
-                    .map(|_| {
-                        let started = Instant::now();
-                        render_all_with(
-                            &source.data,
-                            &source.mime,
-                            CLOUD_LOGO_SVG,
-                            &variants,
-                            compression,
-                        )
-                        .expect("render");
-                        elapsed_ms(started)
-                    })
-                    .collect(),
-            )
+        let request = worker_request(&source);
+        let timed = |compression: PngCompression, runs: usize| -> Vec<f64> {
+            (0..runs)
+                .map(|_| {
+                    let started = Instant::now();
+                    render_all_with(
+                        &source.data,
+                        &source.mime,
+                        CLOUD_LOGO_SVG,
+                        &variants,
+                        compression,
+                    )
+                    .expect("render");
+                    elapsed_ms(started)
+                })
+                .collect()
         };
-        let warm = warm_at(icons::render::ICON_COMPRESSION);
-        let warm_equal = warm_at(PngCompression::Balanced);
+        // In rounds: ours at both compressions, then (or first, in turns) a warm peer process,
+        // so both see the same moment of a noisy machine; the warm ratio is the median of the
+        // rounds' ratios.
+        let (mut warm_ms, mut equal_ms, mut peer_warm_ms) = (Vec::new(), Vec::new(), Vec::new());
+        let mut warm_round_ratios = Vec::with_capacity(WARM_ROUNDS);
+        for round in 0..WARM_ROUNDS {
+            let theirs = || {
+                let answer = run_peer(&peer_dir, &["warm", &WARM_PER_ROUND.to_string()], &request);
+                answer["ms"]
+                    .as_array()
+                    .expect("timings")
+                    .iter()
+                    .filter_map(serde_json::Value::as_f64)
+                    .collect::<Vec<f64>>()
+            };
+            let peer_first = peer && round % 2 == 1;
+            let peer_round = peer_first.then(theirs);
+            let deployed = timed(icons::render::ICON_COMPRESSION, WARM_PER_ROUND);
+            let equal = timed(PngCompression::Balanced, WARM_PER_ROUND);
+            let peer_round = peer_round.or_else(|| peer.then(theirs));
+            if let Some(peer_round) = peer_round {
+                warm_round_ratios
+                    .push(Figure::of(equal.clone()).median / Figure::of(peer_round.clone()).median);
+                peer_warm_ms.extend(peer_round);
+            }
+            warm_ms.extend(deployed);
+            equal_ms.extend(equal);
+        }
+        let warm = Figure::of(warm_ms);
+        let warm_equal = Figure::of(equal_ms);
         let (equal_icons, _) = render_all_with(
             &source.data,
             &source.mime,
@@ -168,20 +206,59 @@ fn main() {
         .expect("render");
         let equal_png_bytes: usize = equal_icons.iter().map(|(_, png)| png.len()).sum();
 
-        // (b) cold: a worker process per run.
+        // (b) cold: a worker process per run, each next to a fresh peer process (when there is
+        // one), the two taking turns at going first, so both see the same moment of a noisy
+        // machine; the cold ratio is the median of the ratios within each pair.
         let mut peak_rss_kib = 0;
-        let cold = Figure::of(
-            (0..COLD_RUNS)
-                .map(|_| {
-                    let started = Instant::now();
-                    let icons = runtime.block_on(worker.render(&source)).expect("worker");
-                    let ms = elapsed_ms(started);
-                    assert!(!icons.fallback && icons.icons.len() == 4);
-                    peak_rss_kib = peak_rss_kib.max(icons.peak_rss_kib.unwrap_or(0));
-                    ms
-                })
-                .collect(),
-        );
+        let mut peer_rss_kib = 0;
+        let mut peer_png_bytes = 0;
+        let mut ours_ms = Vec::with_capacity(COLD_RUNS);
+        let mut peer_ms = Vec::with_capacity(COLD_RUNS);
+        let mut pair_ratios = Vec::with_capacity(COLD_RUNS);
+        for run in 0..COLD_RUNS {
+            let mut ours = || {
+                let started = Instant::now();
+                let icons = runtime.block_on(worker.render(&source)).expect("worker");
+                let ms = elapsed_ms(started);
+                assert!(!icons.fallback && icons.icons.len() == 4);
+                peak_rss_kib = peak_rss_kib.max(icons.peak_rss_kib.unwrap_or(0));
+                ms
+            };
+            let mut theirs = || {
+                let started = Instant::now();
+                let answer = run_peer(&peer_dir, &[], &request);
+                let ms = elapsed_ms(started);
+                assert_eq!(answer["fallback"], false, "the peer fell back on {file}");
+                assert_eq!(answer["icons"].as_object().map(|o| o.len()), Some(4));
+                peer_rss_kib = peer_rss_kib.max(answer["maxRssKib"].as_u64().unwrap_or(0));
+                peer_png_bytes = answer["icons"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(_, b64)| b64.as_str())
+                    .filter_map(|b64| STANDARD.decode(b64).ok())
+                    .map(|png| png.len())
+                    .sum::<usize>();
+                ms
+            };
+            let (k2b, peer_run) = match (peer, run % 2 == 0) {
+                (false, _) => (ours(), None),
+                (true, true) => {
+                    let k2b = ours();
+                    (k2b, Some(theirs()))
+                }
+                (true, false) => {
+                    let peer_run = theirs();
+                    (ours(), Some(peer_run))
+                }
+            };
+            ours_ms.push(k2b);
+            if let Some(peer_run) = peer_run {
+                peer_ms.push(peer_run);
+                pair_ratios.push(k2b / peer_run);
+            }
+        }
+        let cold = Figure::of(ours_ms);
 
         println!("{file}");
         println!(
@@ -195,49 +272,20 @@ fn main() {
         if !peer {
             continue;
         }
-        let request = worker_request(&source);
-        let mut peer_rss_kib = 0;
-        let mut peer_png_bytes = 0;
-        let peer_cold = Figure::of(
-            (0..COLD_RUNS)
-                .map(|_| {
-                    let started = Instant::now();
-                    let answer = run_peer(&peer_dir, &[], &request);
-                    let ms = elapsed_ms(started);
-                    assert_eq!(answer["fallback"], false, "the peer fell back on {file}");
-                    assert_eq!(answer["icons"].as_object().map(|o| o.len()), Some(4));
-                    peer_rss_kib = peer_rss_kib.max(answer["maxRssKib"].as_u64().unwrap_or(0));
-                    peer_png_bytes = answer["icons"]
-                        .as_object()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|(_, b64)| b64.as_str())
-                        .filter_map(|b64| STANDARD.decode(b64).ok())
-                        .map(|png| png.len())
-                        .sum::<usize>();
-                    ms
-                })
-                .collect(),
-        );
-        let answer = run_peer(&peer_dir, &["warm", &WARM_RUNS.to_string()], &request);
-        let peer_warm = Figure::of(
-            answer["ms"]
-                .as_array()
-                .expect("timings")
-                .iter()
-                .filter_map(serde_json::Value::as_f64)
-                .collect(),
-        );
+        let peer_cold = Figure::of(peer_ms);
+        let peer_warm = Figure::of(peer_warm_ms);
         println!(
             "  peer  warm {peer_warm}   cold {peer_cold}   process peak RSS {:6.1} MiB   PNGs {:7} bytes",
             peer_rss_kib as f64 / 1024.0,
             peer_png_bytes
         );
-        let warm_ratio = warm_equal.median / peer_warm.median;
-        let cold_ratio = cold.median / peer_cold.median;
+        let warm_ratio = median(warm_round_ratios);
+        let cold_ratio = median(pair_ratios);
         println!(
-            "  k2b / peer (medians): warm at equal compression {warm_ratio:.2} (goal <= {WARM_GOAL:.2}), warm as deployed {:.2}, cold {cold_ratio:.2} (goal <= {COLD_GOAL:.2})",
-            warm.median / peer_warm.median
+            "  k2b / peer: warm at equal compression {warm_ratio:.2} (goal <= {WARM_GOAL:.2}; median of {WARM_ROUNDS} rounds' ratios, ratio of the medians {:.2}), warm as deployed {:.2}; cold {cold_ratio:.2} (goal <= {COLD_GOAL:.2}; median of {COLD_RUNS} paired runs, ratio of the medians {:.2})",
+            warm_equal.median / peer_warm.median,
+            warm.median / peer_warm.median,
+            cold.median / peer_cold.median
         );
         verdicts.push((file, warm_ratio <= WARM_GOAL, cold_ratio <= COLD_GOAL));
     }

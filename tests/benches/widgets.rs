@@ -11,6 +11,8 @@
 //!   token signed) and with one session (still-fresh tokens reused);
 //! - the CPU each stream cost the runner, this process (the 20 providers and the client) and
 //!   Postgres: the floor of the concurrent figures on this machine's cores;
+//! - this machine's RS256 signing rate on one core, and the CPU floor it puts under a stream
+//!   whose 20 tokens are all signed (the signed cases cannot be faster than that);
 //! - the runner held to a fraction of a core (a cgroup CPU quota), as Lambda gives CPU in
 //!   proportion to memory (1,769 MB = one vCPU): the figures behind the widgets function's
 //!   `MemorySize`.
@@ -24,6 +26,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use k2b_core::Core;
+use k2b_core::identity::keys;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
 use k2b_tests::figures::{ms, percentile};
 use k2b_tests::{
@@ -300,6 +303,24 @@ impl CpuQuota {
     }
 }
 
+/// RS256 signatures per second on one core (2048-bit key, an invocation-sized message), after a
+/// warm-up, over about a second.
+fn rs256_per_second() -> f64 {
+    let key = keys::generate().expect("key");
+    let signing = keys::import(&key.kid, &key.public, &key.private).expect("import");
+    let message = [b'x'; 600];
+    for _ in 0..20 {
+        signing.sign(&message).expect("sign");
+    }
+    let started = Instant::now();
+    let mut count = 0u32;
+    while started.elapsed().as_secs_f64() < 1.0 {
+        signing.sign(&message).expect("sign");
+        count += 1;
+    }
+    f64::from(count) / started.elapsed().as_secs_f64()
+}
+
 fn line(label: &str, overheads: &[f64], starts: &[f64]) -> bool {
     let (p50, p99) = (percentile(overheads, 50.0), percentile(overheads, 99.0));
     let met = p50 <= P50_GOAL_MS && p99 <= P99_GOAL_MS;
@@ -349,6 +370,14 @@ async fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "== widget stream: {WIDGETS} instant widgets per stream, k2b-local (bench profile), {cores} cores =="
+    );
+
+    let rate = rs256_per_second();
+    let one_core_ms = WIDGETS as f64 * 1000.0 / rate;
+    println!(
+        "  RS256 on this machine: {rate:.0} signatures/s on one core; a stream's {WIDGETS} signed tokens: \
+         {one_core_ms:.2} ms of CPU, at least {:.2} ms spread over {cores} cores",
+        one_core_ms / cores as f64
     );
 
     // `cargo bench … -- <text>`: only the cases whose label contains it.
