@@ -8,7 +8,8 @@
 //! `/bin/sh`, with an environment of `PATH` and `LANG` only) and warm in one process per round.
 //! Ours and the peer's runs sit side by side and take turns at going first (each cold run with
 //! one of the peer's, the warm runs in rounds of a few), and each ratio is the median of the
-//! ratios within the pairs or rounds, so a noisy machine slows both sides of a ratio alike. PNG sizes are printed beside each.
+//! ratios within the pairs or rounds, so a noisy machine slows both sides of a ratio alike. PNG
+//! sizes are printed beside each.
 //! Goal on every logo: cold ≤ 25 % and warm (equal compression) ≤ 50 % of the peer's time.
 //!
 //! Run: `cargo bench -p k2b-tests --bench icons`.
