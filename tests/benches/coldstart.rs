@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use k2b_core::outbox::OutboxRef;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
-use k2b_tests::figures::ms;
+use k2b_tests::figures::{median, ms};
 use k2b_tests::lambda::rest::RestRequest;
 use k2b_tests::lambda::stack::Stack;
 use k2b_tests::lambda::{FunctionProcess, Outcome, function_binary, scheduled_event, sqs_batch};
@@ -29,11 +29,6 @@ const RUNS: usize = 10;
 const INIT_GOAL_MS: f64 = 30.0;
 const FIRST_ANSWER_GOAL_MS: f64 = 30.0;
 const SIZE_GOAL_MB: f64 = 15.0;
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
 
 /// The first event of a new environment, per function.
 enum FirstEvent {
@@ -188,10 +183,10 @@ async fn main() {
         rows.push((
             binary.to_string(),
             size_mb,
-            median(&mut init),
-            median(&mut first),
-            median(&mut warm),
-            median(&mut rss),
+            median(&init),
+            median(&first),
+            median(&warm),
+            median(&rss),
             status,
         ));
     }

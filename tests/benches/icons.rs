@@ -25,6 +25,7 @@ use icons::render::{PngCompression, render_all, render_all_with, variant_specs};
 use icons::worker::worker_request;
 use icons::{IconRenderer, WorkerRenderer};
 use k2b_core::branding::{CLOUD_LOGO_SVG, parse_icon_source};
+use k2b_tests::figures::median;
 
 /// Warm runs: rounds of a few runs each, ours and the peer's side by side.
 const WARM_ROUNDS: usize = 5;
@@ -64,10 +65,15 @@ impl std::fmt::Display for Figure {
     }
 }
 
-/// The median of a set of ratios.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// Runs both sides of a comparison, `ours` first on even turns and `theirs` first on odd ones.
+fn in_turns<A, B>(turn: usize, ours: impl FnOnce() -> A, theirs: impl FnOnce() -> B) -> (A, B) {
+    if turn.is_multiple_of(2) {
+        let a = ours();
+        (a, theirs())
+    } else {
+        let b = theirs();
+        (ours(), b)
+    }
 }
 
 fn elapsed_ms(started: Instant) -> f64 {
@@ -182,14 +188,18 @@ fn main() {
                     .filter_map(serde_json::Value::as_f64)
                     .collect::<Vec<f64>>()
             };
-            let peer_first = peer && round % 2 == 1;
-            let peer_round = peer_first.then(theirs);
-            let deployed = timed(icons::render::ICON_COMPRESSION, WARM_PER_ROUND);
-            let equal = timed(PngCompression::Balanced, WARM_PER_ROUND);
-            let peer_round = peer_round.or_else(|| peer.then(theirs));
+            let ((deployed, equal), peer_round) = in_turns(
+                round,
+                || {
+                    (
+                        timed(icons::render::ICON_COMPRESSION, WARM_PER_ROUND),
+                        timed(PngCompression::Balanced, WARM_PER_ROUND),
+                    )
+                },
+                || peer.then(theirs),
+            );
             if let Some(peer_round) = peer_round {
-                warm_round_ratios
-                    .push(Figure::of(equal.clone()).median / Figure::of(peer_round.clone()).median);
+                warm_round_ratios.push(median(&equal) / median(&peer_round));
                 peer_warm_ms.extend(peer_round);
             }
             warm_ms.extend(deployed);
@@ -217,7 +227,7 @@ fn main() {
         let mut peer_ms = Vec::with_capacity(COLD_RUNS);
         let mut pair_ratios = Vec::with_capacity(COLD_RUNS);
         for run in 0..COLD_RUNS {
-            let mut ours = || {
+            let ours = || {
                 let started = Instant::now();
                 let icons = runtime.block_on(worker.render(&source)).expect("worker");
                 let ms = elapsed_ms(started);
@@ -225,7 +235,7 @@ fn main() {
                 peak_rss_kib = peak_rss_kib.max(icons.peak_rss_kib.unwrap_or(0));
                 ms
             };
-            let mut theirs = || {
+            let theirs = || {
                 let started = Instant::now();
                 let answer = run_peer(&peer_dir, &[], &request);
                 let ms = elapsed_ms(started);
@@ -242,17 +252,7 @@ fn main() {
                     .sum::<usize>();
                 ms
             };
-            let (k2b, peer_run) = match (peer, run % 2 == 0) {
-                (false, _) => (ours(), None),
-                (true, true) => {
-                    let k2b = ours();
-                    (k2b, Some(theirs()))
-                }
-                (true, false) => {
-                    let peer_run = theirs();
-                    (ours(), Some(peer_run))
-                }
-            };
+            let (k2b, peer_run) = in_turns(run, ours, || peer.then(theirs));
             ours_ms.push(k2b);
             if let Some(peer_run) = peer_run {
                 peer_ms.push(peer_run);
@@ -280,8 +280,8 @@ fn main() {
             peer_rss_kib as f64 / 1024.0,
             peer_png_bytes
         );
-        let warm_ratio = median(warm_round_ratios);
-        let cold_ratio = median(pair_ratios);
+        let warm_ratio = median(&warm_round_ratios);
+        let cold_ratio = median(&pair_ratios);
         println!(
             "  k2b / peer: warm at equal compression {warm_ratio:.2} (goal <= {WARM_GOAL:.2}; median of {WARM_ROUNDS} rounds' ratios, ratio of the medians {:.2}), warm as deployed {:.2}; cold {cold_ratio:.2} (goal <= {COLD_GOAL:.2}; median of {COLD_RUNS} paired runs, ratio of the medians {:.2})",
             warm_equal.median / peer_warm.median,

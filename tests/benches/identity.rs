@@ -10,26 +10,11 @@ use std::time::{Duration, Instant};
 
 use k2b_core::identity::session::{SessionClaims, SessionRequest};
 use k2b_core::identity::{IssueOptions, Purpose, jwt, keys};
+use k2b_tests::figures::rate;
 use k2b_tests::{TestDb, core_for, create_user};
 use uuid::Uuid;
 
 const MEASURE: Duration = Duration::from_secs(3);
-
-/// Runs `op` repeatedly for about `MEASURE` and returns operations per second.
-fn rate(mut op: impl FnMut()) -> f64 {
-    for _ in 0..50 {
-        op();
-    }
-    let started = Instant::now();
-    let mut count = 0u64;
-    while started.elapsed() < MEASURE {
-        for _ in 0..20 {
-            op();
-        }
-        count += 20;
-    }
-    count as f64 / started.elapsed().as_secs_f64()
-}
 
 /// `openssl speed -seconds 3 rsa2048` → (version, sign/s, verify/s).
 fn openssl_rsa2048() -> Option<(String, f64, f64)> {
@@ -62,10 +47,10 @@ fn main() {
     };
     let token = jwt::encode(&key.kid, "cloud-session+jwt", &claims, &signing).expect("token");
 
-    let sign_rate = rate(|| {
+    let sign_rate = rate(MEASURE, || {
         jwt::encode(&key.kid, "cloud-session+jwt", &claims, &signing).expect("sign");
     });
-    let verify_rate = rate(|| {
+    let verify_rate = rate(MEASURE, || {
         let parsed = jwt::parse(&token).expect("parse");
         let verified: SessionClaims = parsed.verify(&decoding).expect("verify");
         assert!(k2b_core::identity::session::check_session_claims(

@@ -19,6 +19,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k2b_core::outbox::{Outbox, OutboxConfig, OutboxRow, PublishError, Publisher};
+use k2b_tests::figures::median;
 use k2b_tests::{TestDb, pool_with_max};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
@@ -192,16 +193,6 @@ async fn bare(pool: &PgPool, rows: i64, ceiling: &Ceiling) -> f64 {
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
 async fn setting(pool: &PgPool, name: &str) -> String {
     sqlx::query_scalar("SELECT current_setting($1)")
         .bind(name)
@@ -305,17 +296,17 @@ fn main() {
             // cases differ.
             let paired = |top: usize, bottom: usize| -> f64 {
                 median(
-                    figures[top]
+                    &figures[top]
                         .iter()
                         .zip(&figures[bottom])
                         .map(|(top, bottom)| top / bottom)
-                        .collect(),
+                        .collect::<Vec<_>>(),
                 )
             };
             let (engine1_ratio, engine2_ratio, concurrency) =
                 (paired(3, 1), paired(4, 2), paired(4, 3));
             let ceiling_concurrency = paired(2, 1);
-            let [bare, ceiling1, ceiling2, engine1, engine2] = figures.map(median);
+            let [bare, ceiling1, ceiling2, engine1, engine2] = figures.map(|values| median(&values));
             println!("{label}:");
             println!("  bare claim+delete (reference), 1 connection: {bare:>8.0} rows/s");
             println!("  honest ceiling, 1 connection:                {ceiling1:>8.0} rows/s");

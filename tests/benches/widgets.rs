@@ -23,12 +23,12 @@
 //! `-- <text>` runs only the cases whose label contains the text (`quota` for the CPU shares).
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k2b_core::Core;
 use k2b_core::identity::keys;
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
-use k2b_tests::figures::{ms, percentile};
+use k2b_tests::figures::{ms, percentile, rate};
 use k2b_tests::{
     LocalRunner, TEST_APP_SECRET, TestDb, core_for, create_user, serve, session_cookie,
 };
@@ -303,22 +303,14 @@ impl CpuQuota {
     }
 }
 
-/// RS256 signatures per second on one core (2048-bit key, an invocation-sized message), after a
-/// warm-up, over about a second.
+/// RS256 signatures per second on one core (2048-bit key, an invocation-sized message).
 fn rs256_per_second() -> f64 {
     let key = keys::generate().expect("key");
     let signing = keys::import(&key.kid, &key.public, &key.private).expect("import");
     let message = [b'x'; 600];
-    for _ in 0..20 {
+    rate(Duration::from_secs(1), || {
         signing.sign(&message).expect("sign");
-    }
-    let started = Instant::now();
-    let mut count = 0u32;
-    while started.elapsed().as_secs_f64() < 1.0 {
-        signing.sign(&message).expect("sign");
-        count += 1;
-    }
-    f64::from(count) / started.elapsed().as_secs_f64()
+    })
 }
 
 fn line(label: &str, overheads: &[f64], starts: &[f64]) -> bool {

@@ -1,6 +1,6 @@
 //! The arithmetic of the benchmarks' printed figures.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A duration in milliseconds.
 pub fn ms(duration: Duration) -> f64 {
@@ -11,6 +11,34 @@ pub fn ms(duration: Duration) -> f64 {
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The middle value; the mean of the two middle ones for an even count.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+/// Runs `op` for about `measure` after a warm-up of 50 runs; operations per second.
+pub fn rate(measure: Duration, mut op: impl FnMut()) -> f64 {
+    for _ in 0..50 {
+        op();
+    }
+    let started = Instant::now();
+    let mut count = 0u64;
+    while started.elapsed() < measure {
+        for _ in 0..20 {
+            op();
+        }
+        count += 20;
+    }
+    count as f64 / started.elapsed().as_secs_f64()
 }
 
 /// The sign/s and verify/s rates of `bits`-bit RSA in the output of `openssl speed rsa<bits>`.
@@ -122,6 +150,13 @@ mod tests {
         assert_eq!(percentile(&values, 0.0), 1.0);
         assert_eq!(percentile(&[7.0], 99.0), 7.0);
         assert_eq!(ms(Duration::from_micros(1500)), 1.5);
+    }
+
+    #[test]
+    fn the_median_is_the_middle_or_the_mean_of_the_two_middle_values() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.0]), 7.0);
     }
 
     #[test]
