@@ -50,11 +50,10 @@ struct Figure {
 }
 
 impl Figure {
-    fn of(mut ms: Vec<f64>) -> Figure {
-        ms.sort_by(f64::total_cmp);
+    fn of(ms: Vec<f64>) -> Figure {
         Figure {
-            median: ms[ms.len() / 2],
-            min: ms[0],
+            median: median(&ms),
+            min: ms.iter().copied().fold(f64::INFINITY, f64::min),
         }
     }
 }
