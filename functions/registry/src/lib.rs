@@ -52,14 +52,14 @@ pub fn routes(core: Core) -> Routes {
     Routes::new()
         .get(
             SESSION_JWKS_PATH,
-            move |State(core): State<Core>, headers: HeaderMap| async move {
-                session_jwks(&session, &core, &headers).await
+            move |State(core): State<Core>, IfNoneMatch(tag): IfNoneMatch| async move {
+                session_jwks(&session, &core, tag.as_ref()).await
             },
         )
         .get(
             INVOCATION_JWKS_PATH,
-            move |State(core): State<Core>, headers: HeaderMap| async move {
-                invocation_jwks(&invocation, &core, &headers).await
+            move |State(core): State<Core>, IfNoneMatch(tag): IfNoneMatch| async move {
+                invocation_jwks(&invocation, &core, tag.as_ref()).await
             },
         )
         .merge(
@@ -148,8 +148,8 @@ struct Jwk {
         (status = 503, description = "The key set is unavailable right now.", body = ErrorBody),
     )
 )]
-async fn session_jwks(reads: &JwksReads, core: &Core, headers: &HeaderMap) -> Response {
-    reads.respond(core, headers).await
+async fn session_jwks(reads: &JwksReads, core: &Core, tag: Option<&HeaderValue>) -> Response {
+    reads.respond(core, tag).await
 }
 
 /// The keys that verify invocation tokens
@@ -177,8 +177,25 @@ async fn session_jwks(reads: &JwksReads, core: &Core, headers: &HeaderMap) -> Re
         (status = 503, description = "The key set is unavailable right now.", body = ErrorBody),
     )
 )]
-async fn invocation_jwks(reads: &JwksReads, core: &Core, headers: &HeaderMap) -> Response {
-    reads.respond(core, headers).await
+async fn invocation_jwks(reads: &JwksReads, core: &Core, tag: Option<&HeaderValue>) -> Response {
+    reads.respond(core, tag).await
+}
+
+/// The request's `If-None-Match`: the one header the JWKS routes read (taken alone, without a
+/// copy of the others).
+struct IfNoneMatch(Option<HeaderValue>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IfNoneMatch {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<IfNoneMatch, Self::Rejection> {
+        Ok(IfNoneMatch(
+            parts.headers.get(header::IF_NONE_MATCH).cloned(),
+        ))
+    }
 }
 
 /// A purpose's JWKS document as read: its ETag and its serialized body.
@@ -223,7 +240,7 @@ impl JwksReads {
             .await
     }
 
-    async fn respond(&self, core: &Core, headers: &HeaderMap) -> Response {
+    async fn respond(&self, core: &Core, tag: Option<&HeaderValue>) -> Response {
         let document = match self.document(core).await {
             Ok(document) => document,
             Err(error) => {
@@ -232,9 +249,7 @@ impl JwksReads {
                     .into_response();
             }
         };
-        let matches = headers
-            .get(header::IF_NONE_MATCH)
-            .is_some_and(|value| value.as_bytes() == document.etag.as_bytes());
+        let matches = tag.is_some_and(|value| value.as_bytes() == document.etag.as_bytes());
         let mut response = if matches {
             (StatusCode::NOT_MODIFIED, Body::empty()).into_response()
         } else {

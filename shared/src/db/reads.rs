@@ -113,6 +113,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn callers_waiting_on_a_read_whose_caller_left_read_again() {
+        let reads = Arc::new(SharedReads::<usize>::new());
+        let leader = {
+            let reads = reads.clone();
+            tokio::spawn(async move {
+                reads
+                    .read(std::future::pending::<Result<usize, ()>>)
+                    .await
+                    .ok();
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let waiter = {
+            let reads = reads.clone();
+            tokio::spawn(
+                async move { *reads.read(|| async { Ok::<_, ()>(5) }).await.expect("read") },
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!waiter.is_finished(), "waits while the other read runs");
+        leader.abort();
+        let value = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken when the other read was dropped")
+            .expect("join");
+        assert_eq!(value, 5);
+    }
+
+    #[tokio::test]
     async fn a_failed_read_is_not_kept() {
         let reads = SharedReads::<usize>::new();
         assert!(
