@@ -83,6 +83,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 log "build binaries (the black-box tests run k2b-local)"
 cargo build --workspace --bins
+# `cargo lambda watch` runs `cargo run --bin widgets`: the widgets package alone, with its own
+# feature set; built here so that the test through it starts at once.
+cargo build --bin widgets
 
 log "tests"
 cargo nextest run --workspace --no-fail-fast

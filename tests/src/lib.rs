@@ -161,6 +161,18 @@ const CARGO_RUN_VARS: [&str; 7] = [
     "OUT_DIR",
 ];
 
+/// Removes the variables cargo sets for the running test or benchmark from a `cargo` command it
+/// starts. Build scripts that watch them (ring's watches `CARGO_PKG_*`) would otherwise see a
+/// change from a plain `cargo build` and rebuild, there and again in the next plain build.
+pub fn without_cargo_run_vars(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let text = name.to_string_lossy();
+        if CARGO_RUN_VARS.iter().any(|prefix| text.starts_with(prefix)) {
+            command.env_remove(&name);
+        }
+    }
+}
+
 /// A binary of the workspace in this build's profile (`target/debug` for tests,
 /// `target/release` — the bench profile — for benchmarks). Missing binaries are built once per
 /// process; benchmarks always build (a no-op when current), so they never measure a stale one.
@@ -182,15 +194,7 @@ pub fn workspace_binary(name: &str) -> PathBuf {
             let profile = if bench { "bench" } else { "dev" };
             let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
             build.args(["build", "--profile", profile, "--workspace", "--bins"]);
-            // Cargo describes the running test or benchmark in these; build scripts that watch
-            // them (ring's watches `CARGO_PKG_*`) would otherwise see a change from a plain
-            // `cargo build` and rebuild, here and again in the next plain build.
-            for (name, _) in std::env::vars_os() {
-                let text = name.to_string_lossy();
-                if CARGO_RUN_VARS.iter().any(|prefix| text.starts_with(prefix)) {
-                    build.env_remove(&name);
-                }
-            }
+            without_cargo_run_vars(&mut build);
             let status = build
                 .status()
                 .unwrap_or_else(|e| panic!("run cargo build: {e}"));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k2b_core::registry::{APP_REGISTRY_TTL, store};
-use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, admin_cookie};
+use k2b_tests::{LocalRunner, TEST_APP_SECRET, TestDb, admin_cookie, without_cargo_run_vars};
 use serde_json::json;
 
 use super::{Counters, LineReader, answers, lines, provider, summary_widget, widget_lines};
@@ -246,6 +246,9 @@ impl LambdaWatch {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .process_group(0);
+        // Cargo's description of this test run would make ring's build script rebuild the
+        // TLS, database and SDK crates under `cargo run`.
+        without_cargo_run_vars(&mut command);
         for (name, value) in env {
             command.env(name, value);
         }
