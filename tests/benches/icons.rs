@@ -10,6 +10,8 @@
 //! one of the peer's, the warm runs in rounds of a few), and each ratio is the median of the
 //! ratios within the pairs or rounds, so a noisy machine slows both sides of a ratio alike. PNG
 //! sizes are printed beside each.
+//! For an SVG logo it also prints the drawing alone (the four sizes from a parsed tree, no PNG) by
+//! `icons::vector` beside `resvg::render`, in rounds that take turns at going first.
 //! Goal on every logo: cold ≤ 25 % and warm (equal compression) ≤ 50 % of the peer's time.
 //!
 //! Run: `cargo bench -p k2b-tests --bench icons`.
@@ -62,6 +64,45 @@ impl std::fmt::Display for Figure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:8.2} ms (min {:7.2})", self.median, self.min)
     }
+}
+
+/// The four sizes drawn from one parsed tree, by `icons::vector` and by `resvg::render`, in
+/// rounds taking turns at going first: both medians and the median of the rounds' ratios.
+fn drawing_alone(svg: &str, variants: &[icons::render::VariantSpec]) -> (Figure, Figure, f64) {
+    use resvg::tiny_skia::{Pixmap, PixmapMut, Transform};
+    let tree = resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).expect("svg");
+    let (width, height) = (tree.size().width(), tree.size().height());
+    let placed: Vec<(u32, Transform)> = variants
+        .iter()
+        .map(|variant| {
+            let box_px = (f64::from(variant.size) * variant.box_fraction).round() as f32;
+            let scale = (box_px / width).min(box_px / height);
+            let dx = (variant.size as f32 - width * scale) / 2.0;
+            let dy = (variant.size as f32 - height * scale) / 2.0;
+            let transform = Transform::from_row(scale, 0.0, 0.0, scale, dx, dy);
+            (variant.size, transform)
+        })
+        .collect();
+    let time = |draw: &dyn Fn(&resvg::usvg::Tree, Transform, &mut PixmapMut)| {
+        let started = Instant::now();
+        for (size, transform) in &placed {
+            let mut canvas = Pixmap::new(*size, *size).expect("canvas");
+            draw(&tree, *transform, &mut canvas.as_mut());
+        }
+        elapsed_ms(started)
+    };
+    let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..WARM_RUNS {
+        let (k2b, resvg_ms) = in_turns(
+            round,
+            || time(&icons::vector::render),
+            || time(&resvg::render),
+        );
+        ours.push(k2b);
+        theirs.push(resvg_ms);
+        ratios.push(k2b / resvg_ms);
+    }
+    (Figure::of(ours), Figure::of(theirs), median(&ratios))
 }
 
 /// Runs both sides of a comparison, `ours` first on even turns and `theirs` first on odd ones.
@@ -261,6 +302,13 @@ fn main() {
         let cold = Figure::of(ours_ms);
 
         println!("{file}");
+        if mime == "image/svg+xml" {
+            let text = std::str::from_utf8(&bytes).expect("svg text");
+            let (ours, theirs, ratio) = drawing_alone(text, &variants);
+            println!(
+                "  k2b   drawing alone {ours}   resvg {theirs}   k2b / resvg {ratio:.2} (median of {WARM_RUNS} rounds' ratios)"
+            );
+        }
         println!(
             "  k2b   warm {warm}   cold {cold}   worker peak RSS {:6.1} MiB   PNGs {:7} bytes (deployed compression)",
             peak_rss_kib as f64 / 1024.0,

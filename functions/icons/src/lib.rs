@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod render;
 pub mod svg;
+pub mod vector;
 pub mod worker;
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
-//! Drawing the four icons from a logo: SVG through usvg/resvg (locked down: no file or network
-//! `href`, no compressed SVG, no fonts), rasters through `image` with decode limits, a tiny-skia
-//! canvas, an optional opaque background, high-quality scaling into a centred box, PNG out.
+//! Drawing the four icons from a logo: SVG parsed by usvg (locked down: no file or network
+//! `href`, no compressed SVG, no fonts) and drawn by [`crate::vector`], rasters through `image`
+//! with decode limits, a tiny-skia canvas, an optional opaque background, high-quality scaling
+//! into a centred box, PNG out.
 
 use std::io::Cursor;
 
@@ -157,7 +158,7 @@ fn draw(
     let dy = (size as f32 - height * scale) / 2.0;
     let transform = Transform::from_row(scale, 0.0, 0.0, scale, dx, dy);
     match image {
-        Decoded::Svg(tree) => resvg::render(tree, transform, &mut canvas.as_mut()),
+        Decoded::Svg(tree) => crate::vector::render(tree, transform, &mut canvas.as_mut()),
         Decoded::Raster(pixmap) => {
             // A large downscale first halves the image with a box filter (a mipmap level, as
             // browsers do), so the bicubic step samples every source pixel.
