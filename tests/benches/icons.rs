@@ -74,14 +74,7 @@ fn drawing_alone(svg: &str, variants: &[icons::render::VariantSpec]) -> (Figure,
     let (width, height) = (tree.size().width(), tree.size().height());
     let placed: Vec<(u32, Transform)> = variants
         .iter()
-        .map(|variant| {
-            let box_px = (f64::from(variant.size) * variant.box_fraction).round() as f32;
-            let scale = (box_px / width).min(box_px / height);
-            let dx = (variant.size as f32 - width * scale) / 2.0;
-            let dy = (variant.size as f32 - height * scale) / 2.0;
-            let transform = Transform::from_row(scale, 0.0, 0.0, scale, dx, dy);
-            (variant.size, transform)
-        })
+        .map(|variant| (variant.size, variant.placement(width, height)))
         .collect();
     let time = |draw: &dyn Fn(&resvg::usvg::Tree, Transform, &mut PixmapMut)| {
         let started = Instant::now();

@@ -22,6 +22,23 @@ pub struct VariantSpec {
     pub box_fraction: f64,
 }
 
+impl VariantSpec {
+    /// The side of the centred square the logo fits into, in whole pixels.
+    pub fn box_px(&self) -> u32 {
+        (f64::from(self.size) * self.box_fraction).round() as u32
+    }
+
+    /// The transform that fits a drawing of `width` × `height` into the box, centred, offsets
+    /// not rounded: the same geometry as a browser canvas.
+    pub fn placement(&self, width: f32, height: f32) -> Transform {
+        let box_px = self.box_px() as f32;
+        let scale = (box_px / width).min(box_px / height);
+        let dx = (self.size as f32 - width * scale) / 2.0;
+        let dy = (self.size as f32 - height * scale) / 2.0;
+        Transform::from_row(scale, 0.0, 0.0, scale, dx, dy)
+    }
+}
+
 /// The mobile app's icons. `any` icons are transparent; the maskable and Apple icons are opaque,
 /// because launchers crop maskable icons to their own shape and iOS paints transparency black.
 /// The maskable logo stays inside the 40 % safe circle: a centred square of side 0.56 has a
@@ -139,7 +156,6 @@ fn parse_color(hex: &str) -> Option<tiny_skia::Color> {
 fn draw(
     image: &Decoded,
     variant: &VariantSpec,
-    box_px: u32,
     compression: png::Compression,
 ) -> Result<Vec<u8>, DrawError> {
     let size = variant.size;
@@ -151,12 +167,8 @@ fn draw(
     if !(width > 0.0 && height > 0.0) {
         return Err(DrawError::Decode);
     }
-    let box_px = box_px as f32;
-    let scale = (box_px / width).min(box_px / height);
-    // Centred, offsets not rounded: the same geometry as a browser canvas.
-    let dx = (size as f32 - width * scale) / 2.0;
-    let dy = (size as f32 - height * scale) / 2.0;
-    let transform = Transform::from_row(scale, 0.0, 0.0, scale, dx, dy);
+    let transform = variant.placement(width, height);
+    let (scale, dx, dy) = (transform.sx, transform.tx, transform.ty);
     match image {
         Decoded::Svg(tree) => crate::vector::render(tree, transform, &mut canvas.as_mut()),
         Decoded::Raster(pixmap) => {
@@ -275,16 +287,13 @@ pub fn render_all_with(
     variants: &[VariantSpec],
     compression: png::Compression,
 ) -> Result<(Icons, bool), DrawError> {
-    let box_of =
-        |variant: &VariantSpec| (f64::from(variant.size) * variant.box_fraction).round() as u32;
     // The logo decodes once per run. An SVG is parsed at the largest box and each size renders
     // the same vector tree scaled to its own box, so every size stays sharp.
-    let largest_box = variants.iter().map(box_of).max().unwrap_or(1);
+    let largest_box = variants.iter().map(VariantSpec::box_px).max().unwrap_or(1);
     let mut used_fallback = false;
     let mut decoded: Option<Option<Decoded>> = None;
     let mut icons = Vec::with_capacity(variants.len());
     for variant in variants {
-        let box_px = box_of(variant);
         let logo = if used_fallback {
             None
         } else {
@@ -293,11 +302,11 @@ pub fn render_all_with(
                 .as_ref()
         };
         let png = match logo {
-            Some(image) => draw(image, variant, box_px, compression),
+            Some(image) => draw(image, variant, compression),
             None => {
                 used_fallback = true;
-                let fallback = decode(fallback_svg.as_bytes(), "image/svg+xml", box_px)?;
-                draw(&fallback, variant, box_px, compression)
+                let fallback = decode(fallback_svg.as_bytes(), "image/svg+xml", variant.box_px())?;
+                draw(&fallback, variant, compression)
             }
         }?;
         icons.push((variant.id.clone(), png));

@@ -27,8 +27,9 @@ const FLATNESS: f32 = 0.15;
 const AREA_BITS: u32 = 16;
 const ONE: u32 = 1 << AREA_BITS;
 /// A paint other than a solid colour is shaded over the whole box of an outline through the
-/// coverage mask, the empty parts too; an outline with a larger box (in pixels) is left to
-/// tiny-skia, which shades only the spans it covers.
+/// coverage mask, the empty parts too; an outline with a larger box (in pixels, around its points
+/// and control points, within the canvas) is left to tiny-skia, which shades only the spans it
+/// covers.
 const MAX_SHADED_BOX: usize = 64 * 64;
 /// A curve becomes at most this many segments.
 const MAX_CURVE_SEGMENTS: f32 = 64.0;
@@ -234,6 +235,17 @@ impl Coverage {
         })
     }
 
+    /// The area, in pixels, of the part within the canvas of the box around `outline`'s points
+    /// and control points under `transform` (infinite when it cannot be transformed).
+    fn visible_box_area(&self, outline: &Path, transform: Transform) -> f32 {
+        let Some(bounds) = outline.bounds().transform(transform) else {
+            return f32::INFINITY;
+        };
+        let width = bounds.right().min(self.width as f32) - bounds.left().max(0.0);
+        let height = bounds.bottom().min(self.height as f32) - bounds.top().max(0.0);
+        width.max(0.0) * height.max(0.0)
+    }
+
     /// Fills `outline` (non-zero winding) under `transform` with `paint`.
     fn fill(
         &mut self,
@@ -242,6 +254,11 @@ impl Coverage {
         mut paint: Paint,
         pixmap: &mut PixmapMut,
     ) {
+        let source = solid_source_over(&paint);
+        if source.is_none() && self.visible_box_area(outline, transform) > MAX_SHADED_BOX as f32 {
+            pixmap.fill_path(outline, &paint, FillRule::Winding, transform, None);
+            return;
+        }
         self.lines.clear();
         flatten(outline, transform, &mut self.lines);
         let (mut left, mut top, mut right, mut bottom) = (f32::MAX, f32::MAX, f32::MIN, f32::MIN);
@@ -266,11 +283,6 @@ impl Coverage {
         }
         let (box_x, box_y) = (x0 as usize, y0 as usize);
         let (box_w, box_h) = ((x1 - x0) as usize, (y1 - y0) as usize);
-        let source = solid_source_over(&paint);
-        if source.is_none() && box_w * box_h > MAX_SHADED_BOX {
-            pixmap.fill_path(outline, &paint, FillRule::Winding, transform, None);
-            return;
-        }
         // Two spare columns: a segment on the box's right edge adds area just past it.
         let stride = box_w + 2;
         // Every cell is zero between fills: the running sums below read each one back to zero.
@@ -297,13 +309,8 @@ impl Coverage {
             let data = pixmap.data_mut();
             for (row, cells) in rows.enumerate() {
                 let start = ((box_y + row) * canvas_width + box_x) * 4;
-                let (cells, spare) = cells.split_at_mut(box_w);
-                spare.fill(0);
-                let mut winding = 0i32;
                 let pixels = data[start..start + box_w * 4].chunks_exact_mut(4);
-                for (pixel, cell) in pixels.zip(cells) {
-                    winding = winding.wrapping_add(std::mem::take(cell));
-                    let alpha = coverage_of(winding);
+                for (pixel, alpha) in pixels.zip(row_coverage(cells, box_w)) {
                     if alpha != 0 {
                         blend(pixel, source, alpha);
                     }
@@ -315,12 +322,11 @@ impl Coverage {
         let mask = self.mask.data_mut();
         for (row, cells) in rows.enumerate() {
             let start = (box_y + row) * canvas_width + box_x;
-            let (cells, spare) = cells.split_at_mut(box_w);
-            spare.fill(0);
-            let mut winding = 0i32;
-            for (alpha, cell) in mask[start..start + box_w].iter_mut().zip(cells) {
-                winding = winding.wrapping_add(std::mem::take(cell));
-                *alpha = coverage_of(winding);
+            for (alpha, coverage) in mask[start..start + box_w]
+                .iter_mut()
+                .zip(row_coverage(cells, box_w))
+            {
+                *alpha = coverage;
             }
         }
 
@@ -330,6 +336,18 @@ impl Coverage {
             pixmap.fill_rect(rect, &paint, Transform::identity(), Some(&self.mask));
         }
     }
+}
+
+/// The coverage of each pixel of a box row (`box_w` cells and two spare ones) from the running
+/// sum of its cells, which it reads back to zero.
+fn row_coverage(cells: &mut [i32], box_w: usize) -> impl Iterator<Item = u8> + '_ {
+    let (cells, spare) = cells.split_at_mut(box_w);
+    spare.fill(0);
+    let mut winding = 0i32;
+    cells.iter_mut().map(move |cell| {
+        winding = winding.wrapping_add(std::mem::take(cell));
+        coverage_of(winding)
+    })
 }
 
 /// A pixel's coverage (0 to 255) from its winding area in fixed point.
