@@ -130,17 +130,20 @@ impl Cpu {
         }
     }
 
-    /// What each of `streams` streams cost since `before`.
-    fn per_stream(self, before: Cpu, streams: usize) -> String {
+    /// What each of `streams` streams cost since `before`, and the wall time that CPU takes
+    /// on `cores` cores when `at_once` streams run together (everything here shares them).
+    fn per_stream(self, before: Cpu, streams: usize, at_once: usize, cores: usize) -> String {
         let each = |now: f64, then: f64| (now - then) / streams as f64;
         let (runner, bench, postgres) = (
             each(self.runner, before.runner),
             each(self.bench, before.bench),
             each(self.postgres, before.postgres),
         );
+        let all = runner + bench + postgres;
         format!(
-            "CPU per stream: runner {runner:.2} ms, providers and client {bench:.2} ms, Postgres {postgres:.2} ms; {:.2} ms in all",
-            runner + bench + postgres
+            "CPU per stream: runner {runner:.2} ms, providers and client {bench:.2} ms, Postgres {postgres:.2} ms; \
+             {all:.2} ms in all: {at_once} at once take at least {:.2} ms on {cores} cores",
+            all * at_once as f64 / cores as f64
         )
     }
 }
@@ -406,7 +409,7 @@ async fn main() {
         let streams: usize = cookies.iter().map(Vec::len).sum();
         let cpu = Cpu::now(runner.pid());
         let (overheads, starts) = measure(&path, cookies).await;
-        let used = Cpu::now(runner.pid()).per_stream(cpu, streams);
+        let used = Cpu::now(runner.pid()).per_stream(cpu, streams, workers, cores);
         met &= line(label, &overheads, &starts);
         if let Some(breakdown) = setup_breakdown(&runner.output()[before..]) {
             println!("      setup: {breakdown}");
