@@ -622,20 +622,21 @@ mod tests {
         usvg::Tree::from_str(svg, &usvg::Options::default()).expect("test SVG")
     }
 
-    fn drawn(svg: &str) -> Pixmap {
+    /// `svg` drawn at its own size by `draw` (this module's `render` or `resvg::render`).
+    fn drawn_with(svg: &str, draw: fn(&usvg::Tree, Transform, &mut PixmapMut)) -> Pixmap {
         let tree = tree(svg);
         let size = tree.size().to_int_size();
         let mut pixmap = Pixmap::new(size.width(), size.height()).expect("pixmap");
-        render(&tree, Transform::identity(), &mut pixmap.as_mut());
+        draw(&tree, Transform::identity(), &mut pixmap.as_mut());
         pixmap
     }
 
+    fn drawn(svg: &str) -> Pixmap {
+        drawn_with(svg, render)
+    }
+
     fn drawn_by_resvg(svg: &str) -> Pixmap {
-        let tree = tree(svg);
-        let size = tree.size().to_int_size();
-        let mut pixmap = Pixmap::new(size.width(), size.height()).expect("pixmap");
-        resvg::render(&tree, Transform::identity(), &mut pixmap.as_mut());
-        pixmap
+        drawn_with(svg, resvg::render)
     }
 
     fn alpha(pixmap: &Pixmap, x: u32, y: u32) -> u8 {
