@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod render;
+pub mod scale;
 pub mod svg;
 pub mod vector;
 pub mod worker;

@@ -1,12 +1,13 @@
 //! Drawing the four icons from a logo: SVG parsed by usvg (locked down: no file or network
 //! `href`, no compressed SVG, no fonts) and drawn by [`crate::vector`], rasters through `image`
 //! with decode limits, a tiny-skia canvas, an optional opaque background, high-quality scaling
-//! into a centred box, PNG out.
+//! into a centred box ([`crate::scale`], from the nearest of the raster's halvings, each made
+//! once per run), PNG out.
 
 use std::io::Cursor;
 
 use image::{ImageReader, Limits};
-use resvg::tiny_skia::{self, FilterQuality, Pixmap, PixmapPaint, Transform};
+use resvg::tiny_skia::{self, Pixmap, Transform};
 use resvg::usvg;
 
 use crate::svg::sized_svg;
@@ -81,15 +82,58 @@ pub enum DrawError {
 
 enum Decoded {
     Svg(Box<usvg::Tree>),
-    Raster(Pixmap),
+    Raster(Levels),
 }
 
 impl Decoded {
     fn size(&self) -> (f32, f32) {
         match self {
             Decoded::Svg(tree) => (tree.size().width(), tree.size().height()),
-            Decoded::Raster(pixmap) => (pixmap.width() as f32, pixmap.height() as f32),
+            Decoded::Raster(levels) => {
+                let image = levels.source();
+                (image.width() as f32, image.height() as f32)
+            }
         }
+    }
+}
+
+/// A raster and the halvings of it made so far (a mipmap), shared by the sizes of one run.
+struct Levels {
+    /// The decoded raster first, then each level half the one before it.
+    levels: Vec<Pixmap>,
+}
+
+impl Levels {
+    fn new(source: Pixmap) -> Levels {
+        Levels {
+            levels: vec![source],
+        }
+    }
+
+    fn source(&self) -> &Pixmap {
+        &self.levels[0]
+    }
+
+    /// The level to scale to `width` × `height`: the smallest whose halving would be smaller (the
+    /// raster itself when it is no larger than twice the size), halving further as needed. A
+    /// large downscale first halves the image with a box filter (as browsers do), so the bicubic
+    /// step samples every source pixel.
+    fn for_size(&mut self, width: f32, height: f32) -> &Pixmap {
+        let mut index = 0;
+        loop {
+            let level = &self.levels[index];
+            if (level.width() as f32) / 2.0 < width || (level.height() as f32) / 2.0 < height {
+                break;
+            }
+            if index + 1 == self.levels.len() {
+                match halve(level) {
+                    Some(half) => self.levels.push(half),
+                    None => break,
+                }
+            }
+            index += 1;
+        }
+        &self.levels[index]
     }
 }
 
@@ -136,7 +180,7 @@ fn decode(data: &[u8], mime: &str, box_px: u32) -> Result<Decoded, DrawError> {
     }
     let size = tiny_skia::IntSize::from_wh(width, height).ok_or(DrawError::Decode)?;
     let pixmap = Pixmap::from_vec(pixels, size).ok_or(DrawError::Decode)?;
-    Ok(Decoded::Raster(pixmap))
+    Ok(Decoded::Raster(Levels::new(pixmap)))
 }
 
 fn parse_color(hex: &str) -> Option<tiny_skia::Color> {
@@ -154,7 +198,7 @@ fn parse_color(hex: &str) -> Option<tiny_skia::Color> {
 }
 
 fn draw(
-    image: &Decoded,
+    image: &mut Decoded,
     variant: &VariantSpec,
     compression: png::Compression,
 ) -> Result<Vec<u8>, DrawError> {
@@ -171,37 +215,17 @@ fn draw(
     let (scale, dx, dy) = (transform.sx, transform.tx, transform.ty);
     match image {
         Decoded::Svg(tree) => crate::vector::render(tree, transform, &mut canvas.as_mut()),
-        Decoded::Raster(pixmap) => {
-            // A large downscale first halves the image with a box filter (a mipmap level, as
-            // browsers do), so the bicubic step samples every source pixel.
+        Decoded::Raster(levels) => {
             let (target_w, target_h) = (width * scale, height * scale);
-            let mut level = std::borrow::Cow::Borrowed(pixmap);
-            while level.width() as f32 / 2.0 >= target_w && level.height() as f32 / 2.0 >= target_h
-            {
-                match halve(&level) {
-                    Some(half) => level = std::borrow::Cow::Owned(half),
-                    None => break,
-                }
-            }
-            let transform = Transform::from_row(
+            let level = levels.for_size(target_w, target_h);
+            crate::scale::draw(
+                &mut canvas.as_mut(),
+                level,
                 target_w / level.width() as f32,
-                0.0,
-                0.0,
                 target_h / level.height() as f32,
                 dx,
                 dy,
             );
-            canvas.draw_pixmap(
-                0,
-                0,
-                Pixmap::as_ref(&level),
-                &PixmapPaint {
-                    quality: FilterQuality::Bicubic,
-                    ..PixmapPaint::default()
-                },
-                transform,
-                None,
-            )
         }
     }
     encode_png(canvas, compression)
@@ -299,14 +323,15 @@ pub fn render_all_with(
         } else {
             decoded
                 .get_or_insert_with(|| decode(source, mime, largest_box).ok().filter(usable))
-                .as_ref()
+                .as_mut()
         };
         let png = match logo {
             Some(image) => draw(image, variant, compression),
             None => {
                 used_fallback = true;
-                let fallback = decode(fallback_svg.as_bytes(), "image/svg+xml", variant.box_px())?;
-                draw(&fallback, variant, compression)
+                let mut fallback =
+                    decode(fallback_svg.as_bytes(), "image/svg+xml", variant.box_px())?;
+                draw(&mut fallback, variant, compression)
             }
         }?;
         icons.push((variant.id.clone(), png));
